@@ -1,0 +1,587 @@
+"""An eventsourcing persistence module on apsw.
+
+Select it with ``PERSISTENCE_MODULE=events.persistence:ApswFactory`` and
+``APSW_DBNAME=/path/to/shep.db``. It provides the aggregate, application,
+tracking and process recorders, and passes the library's own recorder test
+cases (see ``tests/events/test_persistence.py``).
+
+- One connection per thread, WAL, a busy timeout, ``synchronous`` as configured.
+- Writes run in ``BEGIN IMMEDIATE`` transactions behind a per-file lock, so
+  threads of one process queue up instead of spinning in SQLite's busy handler.
+- Each stored event carries ``chain_hash = H(previous hash, event)``.
+- Every apsw error is translated once, here, into the library's PEP 249 names.
+- ``subscribe()`` works across processes: a poller watches ``PRAGMA
+  data_version``, which changes whenever another connection commits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+import apsw
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    DatabaseError,
+    DataError,
+    InfrastructureFactory,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    ListenNotifySubscription,
+    Notification,
+    OperationalError,
+    PersistenceError,
+    ProcessRecorder,
+    ProgrammingError,
+    Recorder,
+    StoredEvent,
+    Subscription,
+    Tracking,
+    TrackingRecorder,
+)
+from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
+
+from events.schema import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    DEFAULT_SYNCHRONOUS,
+    GENESIS_HASH,
+    TRACKING_DDL,
+    chain_hash,
+    connect,
+    events_table_ddl,
+)
+
+
+def translate(error: apsw.Error) -> PersistenceError:
+    """The library's PEP 249-named error for an apsw error (the cause is kept)."""
+    if isinstance(error, apsw.ConstraintError):
+        return IntegrityError(error)
+    if isinstance(error, apsw.CorruptError | apsw.NotADBError):
+        return DatabaseError(error)
+    if isinstance(error, apsw.TooBigError | apsw.MismatchError | apsw.RangeError):
+        return DataError(error)
+    if isinstance(error, apsw.InternalError):
+        return InternalError(error)
+    if isinstance(
+        error,
+        apsw.MisuseError
+        | apsw.ConnectionClosedError
+        | apsw.CursorClosedError
+        | apsw.ThreadingViolationError,
+    ):
+        return InterfaceError(error)
+    if isinstance(error, apsw.SQLError | apsw.BindingsError):
+        return ProgrammingError(error) if "no such" not in str(error) else OperationalError(error)
+    if isinstance(error, apsw.ExecutionCompleteError):
+        return ProgrammingError(error)
+    if isinstance(error, apsw.Error):
+        return OperationalError(error)
+    return PersistenceError(error)
+
+
+class ApswDatastore:
+    """One database file: per-thread apsw connections and explicit transactions."""
+
+    _write_locks: dict[str, threading.Lock] = {}
+    _write_locks_guard = threading.Lock()
+
+    def __init__(
+        self,
+        db_name: str,
+        *,
+        synchronous: str = DEFAULT_SYNCHRONOUS,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        originator_id_type: str = "uuid",
+    ) -> None:
+        self.db_name = db_name
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self.originator_id_type = originator_id_type
+        self._local = threading.local()
+        self._connections: list[apsw.Connection] = []
+        self._connections_guard = threading.Lock()
+        self._closed = False
+        with ApswDatastore._write_locks_guard:
+            self._write_lock = ApswDatastore._write_locks.setdefault(db_name, threading.Lock())
+        self._listeners: set[threading.Event] = set()
+        self.is_memory = ":memory:" in db_name or "mode=memory" in db_name
+
+    def connection(self) -> apsw.Connection:
+        """This thread's connection, opened on first use."""
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise InterfaceError("datastore is closed")
+            try:
+                conn = connect(
+                    self.db_name,
+                    synchronous=self.synchronous,
+                    busy_timeout_ms=self.busy_timeout_ms,
+                )
+            except apsw.Error as e:
+                raise translate(e) from e
+            self._local.conn = conn
+            with self._connections_guard:
+                self._connections.append(conn)
+        return conn
+
+    def new_connection(self) -> apsw.Connection:
+        """A connection of its own, for a poller that must not share a thread's transaction."""
+        try:
+            return connect(
+                self.db_name, synchronous=self.synchronous, busy_timeout_ms=self.busy_timeout_ms
+            )
+        except apsw.Error as e:
+            raise translate(e) from e
+
+    @contextmanager
+    def transaction(self, *, commit: bool) -> Iterator[apsw.Cursor]:
+        """A transaction on this thread's connection: IMMEDIATE when it writes."""
+        conn = self.connection()
+        if commit:
+            with self._write_lock:
+                yield from self._run(conn, "BEGIN IMMEDIATE")
+            for listener in list(self._listeners):
+                listener.set()
+        else:
+            yield from self._run(conn, "BEGIN")
+
+    @staticmethod
+    def _run(conn: apsw.Connection, begin: str) -> Iterator[apsw.Cursor]:
+        try:
+            cursor = conn.cursor()
+            cursor.execute(begin)
+        except apsw.Error as e:
+            raise translate(e) from e
+        try:
+            yield cursor
+        except BaseException as e:
+            try:
+                conn.execute("ROLLBACK")
+            except apsw.Error:
+                pass
+            if isinstance(e, apsw.Error):
+                raise translate(e) from e
+            raise
+        else:
+            try:
+                conn.execute("COMMIT")
+            except apsw.Error as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except apsw.Error:
+                    pass
+                raise translate(e) from e
+
+    def add_listener(self, event: threading.Event) -> None:
+        """Set ``event`` after every commit made through this datastore."""
+        self._listeners.add(event)
+
+    def remove_listener(self, event: threading.Event) -> None:
+        self._listeners.discard(event)
+
+    def close(self) -> None:
+        """Close every connection this datastore opened."""
+        self._closed = True
+        with self._connections_guard:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            try:
+                conn.close()
+            except apsw.Error:
+                pass
+        self._local = threading.local()
+
+    def encode_id(self, originator_id: UUID | str) -> str:
+        return originator_id.hex if isinstance(originator_id, UUID) else originator_id
+
+    def decode_id(self, value: str) -> UUID | str:
+        return UUID(value) if self.originator_id_type == "uuid" else value
+
+
+class ApswRecorder(Recorder):
+    """Creates its tables from DDL statements."""
+
+    def __init__(self, datastore: ApswDatastore) -> None:
+        self.datastore = datastore
+        self.create_table_statements = self.construct_create_table_statements()
+
+    def construct_create_table_statements(self) -> list[str]:
+        return []
+
+    def create_table(self) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            for statement in self.create_table_statements:
+                c.execute(statement)
+
+
+class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
+    """Events per originator, unique by (originator_id, version), hash-chained."""
+
+    def __init__(self, datastore: ApswDatastore, events_table_name: str = "stored_events") -> None:
+        if not events_table_name.replace("_", "").isalnum():
+            raise ProgrammingError(f"invalid table name {events_table_name!r}")
+        self.events_table_name = events_table_name
+        super().__init__(datastore)
+        self._select_last = (
+            f"SELECT notification_id, chain_hash FROM {events_table_name} "
+            "ORDER BY notification_id DESC LIMIT 1"
+        )
+        self._insert = f"INSERT INTO {events_table_name} VALUES (?,?,?,?,?,?)"
+
+    def construct_create_table_statements(self) -> list[str]:
+        return events_table_ddl(self.events_table_name)
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        if not stored_events and kwargs.get("tracking") is None:
+            return None
+        with self.datastore.transaction(commit=True) as c:
+            ids = self._insert_events(c, stored_events, **kwargs)
+        return self._returning(ids)
+
+    def _returning(self, ids: list[int]) -> Sequence[int] | None:
+        return None
+
+    def _insert_events(
+        self, c: apsw.Cursor, stored_events: Sequence[StoredEvent], **_: Any
+    ) -> list[int]:
+        if not stored_events:
+            return []
+        last = c.execute(self._select_last).fetchone()
+        position, previous = (int(last[0]), bytes(last[1])) if last else (0, GENESIS_HASH)
+        rows = []
+        ids = []
+        encode_id = self.datastore.encode_id
+        for s in stored_events:
+            position += 1
+            oid = encode_id(s.originator_id)
+            previous = chain_hash(
+                previous, position, oid, s.originator_version, s.topic, s.state
+            )
+            rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
+            ids.append(position)
+        c.executemany(self._insert, rows)
+        return ids
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        statement = (
+            "SELECT originator_id, originator_version, topic, state "
+            f"FROM {self.events_table_name} WHERE originator_id=?"
+        )
+        params: list[Any] = [self.datastore.encode_id(originator_id)]
+        if gt is not None:
+            statement += " AND originator_version>?"
+            params.append(gt)
+        if lte is not None:
+            statement += " AND originator_version<=?"
+            params.append(lte)
+        statement += " ORDER BY originator_version " + ("DESC" if desc else "ASC")
+        if limit is not None:
+            statement += " LIMIT ?"
+            params.append(limit)
+        decode_id = self.datastore.decode_id
+        with self.datastore.transaction(commit=False) as c:
+            return [
+                StoredEvent(
+                    originator_id=decode_id(row[0]),
+                    originator_version=row[1],
+                    topic=row[2],
+                    state=bytes(row[3]),
+                )
+                for row in c.execute(statement, params)
+            ]
+
+
+class ApswApplicationRecorder(ApswAggregateRecorder, ApplicationRecorder):
+    """Adds the application sequence: gap-free notification ids and subscriptions."""
+
+    def _returning(self, ids: list[int]) -> Sequence[int] | None:
+        return ids
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if start is not None:
+            clauses.append("notification_id>=?" if inclusive_of_start else "notification_id>?")
+            params.append(start)
+        if stop is not None:
+            clauses.append("notification_id<=?")
+            params.append(stop)
+        if topics:
+            clauses.append(f"topic IN ({','.join('?' * len(topics))})")
+            params.extend(topics)
+        statement = (
+            "SELECT notification_id, originator_id, originator_version, topic, state "
+            f"FROM {self.events_table_name}"
+        )
+        if clauses:
+            statement += " WHERE " + " AND ".join(clauses)
+        statement += " ORDER BY notification_id LIMIT ?"
+        params.append(limit)
+        decode_id = self.datastore.decode_id
+        with self.datastore.transaction(commit=False) as c:
+            return [
+                Notification(
+                    id=row[0],
+                    originator_id=decode_id(row[1]),
+                    originator_version=row[2],
+                    topic=row[3],
+                    state=bytes(row[4]),
+                )
+                for row in c.execute(statement, params)
+            ]
+
+    def max_notification_id(self) -> int | None:
+        with self.datastore.transaction(commit=False) as c:
+            row = c.execute(f"SELECT MAX(notification_id) FROM {self.events_table_name}").fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        return ApswSubscription(self, gt=gt, topics=topics)
+
+
+class ApswSubscription(ListenNotifySubscription[ApswApplicationRecorder]):
+    """Wakes on commits in this process at once, and on other processes' commits by polling.
+
+    ``PRAGMA data_version`` on a connection of the poller's own changes when
+    any other connection commits; reading it costs a few microseconds.
+    """
+
+    poll_interval = 0.005
+
+    def __init__(
+        self,
+        recorder: ApswApplicationRecorder,
+        gt: int | None = None,
+        topics: Sequence[str] = (),
+    ) -> None:
+        recorder.datastore.add_listener(self._local_commit)
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        self._poll_thread = threading.Thread(target=self._poll, daemon=True)
+        self._poll_thread.start()
+
+    @property
+    def _local_commit(self) -> threading.Event:
+        # Created lazily because the base class makes its event in __init__.
+        event: threading.Event | None = getattr(self, "_commit_event", None)
+        if event is None:
+            event = threading.Event()
+            self._commit_event = event
+        return event
+
+    def _poll(self) -> None:
+        datastore = self._recorder.datastore
+        try:
+            conn = datastore.new_connection()
+        except PersistenceError as e:
+            self._thread_error = e
+            self.stop()
+            return
+        try:
+            last = conn.execute("PRAGMA data_version").fetchall()[0][0]
+            while not self._has_been_stopped:
+                if self._local_commit.wait(self.poll_interval):
+                    self._local_commit.clear()
+                    self._has_been_notified.set()
+                    continue
+                version = conn.execute("PRAGMA data_version").fetchall()[0][0]
+                if version != last:
+                    last = version
+                    self._has_been_notified.set()
+        except apsw.Error as e:
+            if self._thread_error is None:
+                self._thread_error = translate(e)
+            self.stop()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        super().stop()
+        self._recorder.datastore.remove_listener(self._local_commit)
+
+    def __exit__(self, *args: object, **kwargs: Any) -> None:
+        try:
+            super().__exit__(*args, **kwargs)
+        finally:
+            self._poll_thread.join()
+
+
+class ApswTrackingRecorder(ApswRecorder, TrackingRecorder):
+    """One row per upstream application: the last notification id it processed."""
+
+    _insert_tracking_statement = (
+        "INSERT INTO tracking VALUES (:name, :nid) "
+        "ON CONFLICT (application_name) DO UPDATE SET notification_id = :nid "
+        "WHERE tracking.notification_id < :nid RETURNING notification_id"
+    )
+
+    def __init__(self, datastore: ApswDatastore, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+
+    def construct_create_table_statements(self) -> list[str]:
+        statements = super().construct_create_table_statements()
+        statements.append(TRACKING_DDL)
+        return statements
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            self._insert_tracking(c, tracking)
+
+    def _insert_tracking(self, c: apsw.Cursor, tracking: Tracking) -> None:
+        rows = c.execute(
+            self._insert_tracking_statement,
+            {"name": tracking.application_name, "nid": tracking.notification_id},
+        ).fetchall()
+        if not rows:
+            raise IntegrityError(
+                f"Failed to record tracking for {tracking.application_name} "
+                f"{tracking.notification_id}: not newer than the recorded position"
+            )
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        with self.datastore.transaction(commit=False) as c:
+            row = c.execute(
+                "SELECT notification_id FROM tracking WHERE application_name=?",
+                (application_name,),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+
+class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, ProcessRecorder):
+    """Events and a tracking position, recorded in one transaction."""
+
+    def __init__(
+        self, datastore: ApswDatastore, *, events_table_name: str = "stored_events"
+    ) -> None:
+        super().__init__(datastore, events_table_name=events_table_name)
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        if not stored_events and kwargs.get("tracking") is None:
+            return []
+        return super().insert_events(stored_events, **kwargs)
+
+    def _insert_events(
+        self, c: apsw.Cursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> list[int]:
+        ids = super()._insert_events(c, stored_events, **kwargs)
+        tracking: Tracking | None = kwargs.get("tracking")
+        if tracking is not None:
+            self._insert_tracking(c, tracking)
+        return ids
+
+
+class ApswFactory(InfrastructureFactory[ApswTrackingRecorder]):
+    """Builds apsw recorders from the environment (``APSW_DBNAME``, ...)."""
+
+    APSW_DBNAME = "APSW_DBNAME"
+    APSW_SYNCHRONOUS = "APSW_SYNCHRONOUS"
+    APSW_BUSY_TIMEOUT_MS = "APSW_BUSY_TIMEOUT_MS"
+    ORIGINATOR_ID_TYPE = "ORIGINATOR_ID_TYPE"
+    CREATE_TABLE = "CREATE_TABLE"
+
+    aggregate_recorder_class = ApswAggregateRecorder
+    application_recorder_class = ApswApplicationRecorder
+    tracking_recorder_class = ApswTrackingRecorder
+    process_recorder_class = ApswProcessRecorder
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        db_name = self.env.get(self.APSW_DBNAME)
+        if not db_name:
+            keys = ", ".join(self.env.create_keys(self.APSW_DBNAME))
+            raise OSError(f"apsw database name not found in environment with keys: {keys}")
+        timeout = (self.env.get(self.APSW_BUSY_TIMEOUT_MS) or "").strip()
+        try:
+            busy_timeout_ms = int(timeout) if timeout else DEFAULT_BUSY_TIMEOUT_MS
+        except ValueError:
+            raise OSError(
+                f"{self.APSW_BUSY_TIMEOUT_MS} must be an integer of milliseconds: {timeout!r}"
+            ) from None
+        synchronous = (self.env.get(self.APSW_SYNCHRONOUS) or DEFAULT_SYNCHRONOUS).upper()
+        originator_id_type = (self.env.get(self.ORIGINATOR_ID_TYPE) or "uuid").lower()
+        if originator_id_type not in ("uuid", "text"):
+            raise OSError(
+                f"Invalid {self.ORIGINATOR_ID_TYPE} {originator_id_type!r}, must be 'uuid' or 'text'"
+            )
+        self.datastore = ApswDatastore(
+            db_name,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            originator_id_type=originator_id_type,
+        )
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        recorder = self.aggregate_recorder_class(self.datastore, "stored_" + purpose)
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+    def application_recorder(self) -> ApplicationRecorder:
+        topic = self.env.get(self.APPLICATION_RECORDER_TOPIC)
+        cls: type[ApswApplicationRecorder] = (
+            resolve_topic(topic) if topic else self.application_recorder_class
+        )
+        recorder = cls(self.datastore)
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[ApswTrackingRecorder] | None = None
+    ) -> ApswTrackingRecorder:
+        if tracking_recorder_class is None:
+            topic = self.env.get(self.TRACKING_RECORDER_TOPIC)
+            tracking_recorder_class = (
+                resolve_topic(topic) if topic else self.tracking_recorder_class
+            )
+        assert tracking_recorder_class is not None
+        recorder = tracking_recorder_class(self.datastore)
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+    def process_recorder(self) -> ProcessRecorder:
+        topic = self.env.get(self.PROCESS_RECORDER_TOPIC)
+        cls: type[ApswProcessRecorder] = (
+            resolve_topic(topic) if topic else self.process_recorder_class
+        )
+        recorder = cls(self.datastore)
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+    def env_create_table(self) -> bool:
+        return bool(strtobool(self.env.get(self.CREATE_TABLE) or "yes"))
+
+    def close(self) -> None:
+        self.datastore.close()
+
+
+Factory = ApswFactory

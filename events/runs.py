@@ -1,0 +1,152 @@
+"""Events of a run's stream: one stream per run, from creation to its end."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+
+from events.base import Event
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Token usage and cost an agent reported for one call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+
+
+class RunCreated(Event, frozen=True, kw_only=True):
+    """A run of a workflow was requested (status: pending)."""
+
+    workflow: str
+    agent_type: str
+    model: str | None = None
+    repo: str
+    inputs: dict[str, str] = {}
+    node_names: list[str] = []
+    created_by: str
+    origin_run_id: UUID | None = None
+    origin_checkpoint_id: str | None = None
+
+
+class RunStarted(Event, frozen=True, kw_only=True):
+    """A worker process took the run and began executing it (status: running)."""
+
+    pid: int
+    host: str
+    background: bool = False
+    log_path: str | None = None
+
+
+class RunResumed(Event, frozen=True, kw_only=True):
+    """An interrupted or waiting run continued in a worker (status: running)."""
+
+    pid: int
+    host: str
+    background: bool = False
+    log_path: str | None = None
+    from_checkpoint_id: str | None = None
+
+
+class NodeStarted(Event, frozen=True, kw_only=True):
+    """A workflow node began executing."""
+
+    node: str
+    attempt: int = 1
+
+
+class AgentSessionRecorded(Event, frozen=True, kw_only=True):
+    """The agent's native session id became known, for resume and audit."""
+
+    node: str
+    agent_session_id: str
+
+
+class NodeCompleted(Event, frozen=True, kw_only=True):
+    """A workflow node finished successfully."""
+
+    node: str
+    duration_ms: int
+    agent_session_id: str | None = None
+    usage: Usage = Usage()
+    turns: int | None = None
+
+
+class NodeFailed(Event, frozen=True, kw_only=True):
+    """A workflow node raised an error; ``retryable`` says whether a retry may help."""
+
+    node: str
+    duration_ms: int
+    error_type: str
+    message: str
+    retryable: bool = False
+
+
+class HeartbeatRecorded(Event, frozen=True, kw_only=True):
+    """The worker is alive: pid, host and what it is doing."""
+
+    pid: int
+    host: str
+    node: str | None = None
+    last_activity: str | None = None
+    tokens_so_far: int = 0
+
+
+class AgentOutputRecorded(Event, frozen=True, kw_only=True):
+    """One item of the agent's normalized output stream (text, tool use, tool result, ...)."""
+
+    node: str
+    kind: str
+    text: str = ""
+    tool_name: str | None = None
+    tool_id: str | None = None
+    is_error: bool = False
+
+
+class ApprovalAwaited(Event, frozen=True, kw_only=True):
+    """The run paused at an approval gate (status: waiting_approval)."""
+
+    node: str
+    approval_id: UUID
+
+
+class ArtifactWritten(Event, frozen=True, kw_only=True):
+    """The run wrote a file into the repository; its path and content hash."""
+
+    node: str
+    path: str
+    sha256: str
+    written_by: str
+
+
+class RunInterrupted(Event, frozen=True, kw_only=True):
+    """The run's worker is gone (crash, kill, lost heartbeat); the run is resumable."""
+
+    reason: str
+    detected_by_pid: int | None = None
+    detected_by_host: str | None = None
+
+
+class RunCancelled(Event, frozen=True, kw_only=True):
+    """A user cancelled the run. Final."""
+
+    cancelled_by: str
+    reason: str = ""
+
+
+class RunCompleted(Event, frozen=True, kw_only=True):
+    """Every node finished. Final."""
+
+    duration_ms: int
+
+
+class RunFailed(Event, frozen=True, kw_only=True):
+    """The run stopped on an error it cannot recover from. Final."""
+
+    error_type: str
+    message: str
+    node: str | None = None

@@ -1,0 +1,146 @@
+"""The SQLite file behind the event store: connections, pragmas, tables, hash chain.
+
+Pure apsw and hashlib, no eventsourcing: the write side (``events.persistence``)
+and the read side (``projections``) both open the database through here.
+
+Durability: ``journal_mode=WAL`` with ``synchronous=FULL``. In WAL mode FULL
+syncs the log at every commit, so a committed transaction survives power loss;
+NORMAL would only protect against application crashes and could lose the last
+commits on power loss. Run transitions and decisions must survive power loss,
+so FULL is the default. High-volume agent output stays cheap because it is
+batched: many events per transaction, one sync per batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+
+import apsw
+
+from events.errors import StoreCorruptedError, StoreError, StoreUnavailableError
+
+DEFAULT_SYNCHRONOUS = "FULL"
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+GENESIS_HASH = bytes(32)
+
+_SYNCHRONOUS_VALUES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+
+def events_table_ddl(table: str) -> list[str]:
+    """DDL of an append-only events table with a gap-free position and a hash chain.
+
+    ``notification_id`` is the rowid: SQLite gives the next integer and a rolled
+    back insert leaves no hole, so positions are gap-free. Triggers refuse
+    UPDATE and DELETE; ``shep audit verify`` catches edits made around them.
+    """
+    return [
+        f"CREATE TABLE IF NOT EXISTS {table} ("
+        "notification_id INTEGER PRIMARY KEY, "
+        "originator_id TEXT NOT NULL, "
+        "originator_version INTEGER NOT NULL, "
+        "topic TEXT NOT NULL, "
+        "state BLOB NOT NULL, "
+        "chain_hash BLOB NOT NULL, "
+        "UNIQUE (originator_id, originator_version))",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_no_update BEFORE UPDATE ON {table} "
+        "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END",
+        f"CREATE TRIGGER IF NOT EXISTS {table}_no_delete BEFORE DELETE ON {table} "
+        "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END",
+    ]
+
+
+TRACKING_DDL = (
+    "CREATE TABLE IF NOT EXISTS tracking ("
+    "application_name TEXT PRIMARY KEY, "
+    "notification_id INTEGER NOT NULL) WITHOUT ROWID"
+)
+
+
+def chain_hash(
+    previous: bytes,
+    notification_id: int,
+    originator_id: str,
+    originator_version: int,
+    topic: str,
+    state: bytes,
+) -> bytes:
+    """``H(previous hash, event bytes)``: SHA-256 over the previous hash and every stored field.
+
+    Lengths prefix the variable fields so no two different events hash alike.
+    """
+    oid = originator_id.encode()
+    top = topic.encode()
+    digest = hashlib.sha256(previous)
+    digest.update(
+        struct.pack(">qqIII", notification_id, originator_version, len(oid), len(top), len(state))
+    )
+    digest.update(oid)
+    digest.update(top)
+    digest.update(state)
+    return digest.digest()
+
+
+def connect(path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS,
+            busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+            readonly: bool = False) -> apsw.Connection:
+    """Open the database with shep's pragmas (WAL, synchronous, busy timeout)."""
+    sync = synchronous.upper()
+    if sync not in _SYNCHRONOUS_VALUES:
+        raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS_VALUES)}")
+    flags = apsw.SQLITE_OPEN_URI | (
+        apsw.SQLITE_OPEN_READONLY if readonly
+        else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    )
+    conn = apsw.Connection(str(path), flags=flags)
+    conn.setbusytimeout(busy_timeout_ms)
+    if not readonly and ":memory:" not in str(path) and "mode=memory" not in str(path):
+        mode = conn.execute("PRAGMA journal_mode").fetchall()[0][0]
+        if str(mode).lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={sync}")
+    return conn
+
+
+def store_error(error: BaseException, path: str | Path) -> StoreError:
+    """Translate a driver error into the shep error a user can act on."""
+    cause: BaseException = error
+    while not isinstance(cause, apsw.Error) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    where = str(path)
+    if isinstance(cause, apsw.CorruptError | apsw.NotADBError):
+        return StoreCorruptedError(
+            f"The event store {where} is damaged or not a shep database ({cause}). "
+            "Restore it from a backup or move it aside."
+        )
+    if isinstance(cause, apsw.ReadOnlyError | apsw.CantOpenError | apsw.PermissionsError):
+        return StoreUnavailableError(
+            f"Cannot open or write the event store {where} ({cause}). "
+            "Check that SHEP_HOME is writable."
+        )
+    if isinstance(cause, apsw.FullError):
+        return StoreUnavailableError(f"The disk holding {where} is full. Free some space.")
+    if isinstance(cause, apsw.BusyError):
+        return StoreUnavailableError(
+            f"The event store {where} stayed locked by another process. Try again."
+        )
+    return StoreError(f"The event store {where} failed: {cause}")
+
+
+def ensure_home(home: Path) -> Path:
+    """Create the shep home directory (mode 0700) if needed; return the database path."""
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreUnavailableError(
+            f"Cannot create SHEP_HOME {home} ({e.strerror}). Point SHEP_HOME at a writable directory."
+        ) from e
+    return home / "shep.db"
+
+
+def home_from_env() -> Path:
+    """``$SHEP_HOME``, or ``~/.shep``."""
+    value = os.environ.get("SHEP_HOME")
+    return Path(value).expanduser() if value else Path.home() / ".shep"
