@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 from uuid import UUID
 
-from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
 
 from events.base import Event
 from events.catalog import decode_event, encode_event, topic_of
@@ -18,6 +18,15 @@ from events.catalog import decode_event, encode_event, topic_of
 
 class MsgspecMapper(Mapper[UUID]):
     """Maps shep's msgspec events to and from eventsourcing's ``StoredEvent``."""
+
+    def __init__(
+        self,
+        transcoder: Transcoder | None = None,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+    ) -> None:
+        # The transcoder is accepted for the factory's sake and unused: msgspec encodes.
+        super().__init__(cast(Transcoder, transcoder), compressor=compressor, cipher=cipher)
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         event = cast(Event, domain_event)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 from uuid import UUID
 
@@ -161,10 +161,8 @@ class ApswDatastore:
         try:
             yield cursor
         except BaseException as e:
-            try:
+            with suppress(apsw.Error):
                 conn.execute("ROLLBACK")
-            except apsw.Error:
-                pass
             if isinstance(e, apsw.Error):
                 raise translate(e) from e
             raise
@@ -172,10 +170,8 @@ class ApswDatastore:
             try:
                 conn.execute("COMMIT")
             except apsw.Error as e:
-                try:
+                with suppress(apsw.Error):
                     conn.execute("ROLLBACK")
-                except apsw.Error:
-                    pass
                 raise translate(e) from e
 
     def add_listener(self, event: threading.Event) -> None:
@@ -191,10 +187,8 @@ class ApswDatastore:
         with self._connections_guard:
             connections, self._connections = self._connections, []
         for conn in connections:
-            try:
+            with suppress(apsw.Error):
                 conn.close()
-            except apsw.Error:
-                pass
         self._local = threading.local()
 
     def encode_id(self, originator_id: UUID | str) -> str:
@@ -262,9 +256,7 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
         for s in stored_events:
             position += 1
             oid = encode_id(s.originator_id)
-            previous = chain_hash(
-                previous, position, oid, s.originator_version, s.topic, s.state
-            )
+            previous = chain_hash(previous, position, oid, s.originator_version, s.topic, s.state)
             rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
             ids.append(position)
         c.executemany(self._insert, rows)
@@ -528,7 +520,8 @@ class ApswFactory(InfrastructureFactory[ApswTrackingRecorder]):
         originator_id_type = (self.env.get(self.ORIGINATOR_ID_TYPE) or "uuid").lower()
         if originator_id_type not in ("uuid", "text"):
             raise OSError(
-                f"Invalid {self.ORIGINATOR_ID_TYPE} {originator_id_type!r}, must be 'uuid' or 'text'"
+                f"Invalid {self.ORIGINATOR_ID_TYPE} {originator_id_type!r}, "
+                "must be 'uuid' or 'text'"
             )
         self.datastore = ApswDatastore(
             db_name,

@@ -83,15 +83,20 @@ def chain_hash(
     return digest.digest()
 
 
-def connect(path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS,
-            busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-            readonly: bool = False) -> apsw.Connection:
+def connect(
+    path: str | Path,
+    *,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    readonly: bool = False,
+) -> apsw.Connection:
     """Open the database with shep's pragmas (WAL, synchronous, busy timeout)."""
     sync = synchronous.upper()
     if sync not in _SYNCHRONOUS_VALUES:
         raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS_VALUES)}")
     flags = apsw.SQLITE_OPEN_URI | (
-        apsw.SQLITE_OPEN_READONLY if readonly
+        apsw.SQLITE_OPEN_READONLY
+        if readonly
         else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )
     conn = apsw.Connection(str(path), flags=flags)
@@ -135,7 +140,8 @@ def ensure_home(home: Path) -> Path:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise StoreUnavailableError(
-            f"Cannot create SHEP_HOME {home} ({e.strerror}). Point SHEP_HOME at a writable directory."
+            f"Cannot create SHEP_HOME {home} ({e.strerror}). "
+            "Point SHEP_HOME at a writable directory."
         ) from e
     return home / "shep.db"
 

@@ -1,0 +1,15 @@
+"""Complete a run (final)."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from commands.run_state import RunState, append_to_run
+from events.runs import RunCompleted
+from events.store import EventStore
+
+
+def complete_run(store: EventStore, run_id: UUID, *, duration_ms: int) -> RunState:
+    """Record that every node finished; the run must be running."""
+    state, _ = append_to_run(store, run_id, [(RunCompleted, {"duration_ms": duration_ms})])
+    return state

@@ -1,0 +1,47 @@
+"""Create a run: the first event of a new run stream (status: pending)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from uuid import UUID, uuid4
+
+from events.base import utc_now
+from events.runs import RunCreated
+from events.store import EventStore
+
+
+def create_run(
+    store: EventStore,
+    *,
+    workflow: str,
+    agent_type: str,
+    repo: str,
+    node_names: Sequence[str],
+    created_by: str,
+    model: str | None = None,
+    inputs: Mapping[str, str] | None = None,
+    origin_run_id: UUID | None = None,
+    origin_checkpoint_id: str | None = None,
+    run_id: UUID | None = None,
+) -> UUID:
+    """Append ``RunCreated`` to a new stream and return the run id."""
+    new_id = run_id or uuid4()
+    store.append(
+        [
+            RunCreated(
+                originator_id=new_id,
+                originator_version=1,
+                timestamp=utc_now(),
+                workflow=workflow,
+                agent_type=agent_type,
+                model=model,
+                repo=repo,
+                inputs=dict(inputs or {}),
+                node_names=list(node_names),
+                created_by=created_by,
+                origin_run_id=origin_run_id,
+                origin_checkpoint_id=origin_checkpoint_id,
+            )
+        ]
+    )
+    return new_id

@@ -1,0 +1,85 @@
+"""Record a workflow node's life: started, agent session known, completed, failed."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from commands.run_state import RunState, append_to_run
+from events.runs import AgentSessionRecorded, NodeCompleted, NodeFailed, NodeStarted, Usage
+from events.store import EventStore
+
+
+def record_node_started(
+    store: EventStore, run_id: UUID, node: str, *, attempt: int = 1
+) -> RunState:
+    """A node began executing (the run must be running)."""
+    state, _ = append_to_run(store, run_id, [(NodeStarted, {"node": node, "attempt": attempt})])
+    return state
+
+
+def record_agent_session(store: EventStore, run_id: UUID, node: str, session_id: str) -> RunState:
+    """The agent's native session id is known: record it at once, for resume and audit."""
+    state, _ = append_to_run(
+        store, run_id, [(AgentSessionRecorded, {"node": node, "agent_session_id": session_id})]
+    )
+    return state
+
+
+def record_node_completed(
+    store: EventStore,
+    run_id: UUID,
+    node: str,
+    *,
+    duration_ms: int,
+    agent_session_id: str | None = None,
+    usage: Usage | None = None,
+    turns: int | None = None,
+) -> RunState:
+    """A node finished; its duration, session, usage and cost are kept."""
+    state, _ = append_to_run(
+        store,
+        run_id,
+        [
+            (
+                NodeCompleted,
+                {
+                    "node": node,
+                    "duration_ms": duration_ms,
+                    "agent_session_id": agent_session_id,
+                    "usage": usage or Usage(),
+                    "turns": turns,
+                },
+            )
+        ],
+    )
+    return state
+
+
+def record_node_failed(
+    store: EventStore,
+    run_id: UUID,
+    node: str,
+    *,
+    duration_ms: int,
+    error_type: str,
+    message: str,
+    retryable: bool = False,
+) -> RunState:
+    """A node raised; the error's type, message and retryability are kept."""
+    state, _ = append_to_run(
+        store,
+        run_id,
+        [
+            (
+                NodeFailed,
+                {
+                    "node": node,
+                    "duration_ms": duration_ms,
+                    "error_type": error_type,
+                    "message": message,
+                    "retryable": retryable,
+                },
+            )
+        ],
+    )
+    return state

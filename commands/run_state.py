@@ -1,0 +1,179 @@
+"""A run's state, folded from its own stream, and the transitions it allows.
+
+Commands decide on this fold, never on projections: the stream is the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+from uuid import UUID
+
+from commands.errors import InvalidTransitionError, RunNotFoundError
+from events.base import Event, utc_now
+from events.runs import (
+    ApprovalAwaited,
+    NodeCompleted,
+    NodeFailed,
+    NodeStarted,
+    RunCancelled,
+    RunCompleted,
+    RunCreated,
+    RunFailed,
+    RunInterrupted,
+    RunResumed,
+    RunStarted,
+)
+from events.store import EventStore
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+#: The status each status-changing event leads to.
+_STATUS_AFTER: dict[type[Event], RunStatus] = {
+    RunCreated: RunStatus.PENDING,
+    RunStarted: RunStatus.RUNNING,
+    RunResumed: RunStatus.RUNNING,
+    ApprovalAwaited: RunStatus.WAITING_APPROVAL,
+    RunInterrupted: RunStatus.INTERRUPTED,
+    RunCancelled: RunStatus.CANCELLED,
+    RunCompleted: RunStatus.COMPLETED,
+    RunFailed: RunStatus.FAILED,
+}
+
+#: Which statuses each event may be appended in.
+ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
+    RunStarted: frozenset({RunStatus.PENDING}),
+    RunResumed: frozenset({RunStatus.INTERRUPTED, RunStatus.WAITING_APPROVAL}),
+    ApprovalAwaited: frozenset({RunStatus.RUNNING}),
+    RunInterrupted: frozenset({RunStatus.RUNNING, RunStatus.PENDING}),
+    RunCancelled: frozenset(
+        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED}
+    ),
+    RunCompleted: frozenset({RunStatus.RUNNING}),
+    RunFailed: frozenset(
+        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED}
+    ),
+}
+#: Events recorded while a worker executes the run.
+WHILE_RUNNING = frozenset({RunStatus.RUNNING})
+
+_ACTION: dict[type[Event], str] = {
+    RunStarted: "start it",
+    RunResumed: "resume it",
+    ApprovalAwaited: "wait for approval",
+    RunInterrupted: "mark it interrupted",
+    RunCancelled: "cancel it",
+    RunCompleted: "complete it",
+    RunFailed: "fail it",
+}
+
+
+@dataclass
+class RunState:
+    """What the run's stream says, as of ``version``."""
+
+    run_id: UUID
+    version: int = 0
+    status: RunStatus = RunStatus.PENDING
+    workflow: str = ""
+    agent_type: str = ""
+    node_names: list[str] = field(default_factory=list)
+    completed_nodes: list[str] = field(default_factory=list)
+    current_node: str | None = None
+    pid: int | None = None
+    host: str | None = None
+
+    def apply(self, event: Event) -> None:
+        self.version = event.originator_version
+        status = _STATUS_AFTER.get(type(event))
+        if status is not None:
+            self.status = status
+        if isinstance(event, RunCreated):
+            self.workflow = event.workflow
+            self.agent_type = event.agent_type
+            self.node_names = list(event.node_names)
+        elif isinstance(event, RunStarted | RunResumed):
+            self.pid, self.host = event.pid, event.host
+        elif isinstance(event, NodeStarted):
+            self.current_node = event.node
+        elif isinstance(event, NodeCompleted):
+            if event.node not in self.completed_nodes:
+                self.completed_nodes.append(event.node)
+            self.current_node = None
+        elif isinstance(event, NodeFailed):
+            self.current_node = None
+
+
+def fold(run_id: UUID, events: Iterable[Event]) -> RunState | None:
+    """The state after ``events``, or None if the stream is empty."""
+    state: RunState | None = None
+    for event in events:
+        if state is None:
+            state = RunState(run_id=run_id)
+        state.apply(event)
+    return state
+
+
+def load_run(store: EventStore, run_id: UUID) -> RunState:
+    """Rebuild a run from its stream; ``RunNotFoundError`` if it has none."""
+    state = fold(run_id, store.load(run_id))
+    if state is None:
+        raise RunNotFoundError(str(run_id))
+    return state
+
+
+E = TypeVar("E", bound=Event)
+
+
+def check_transition(state: RunState, event_type: type[Event]) -> None:
+    """Raise ``InvalidTransitionError`` unless the run's status allows ``event_type``."""
+    allowed = ALLOWED_FROM.get(event_type, WHILE_RUNNING)
+    if state.status not in allowed:
+        action = _ACTION.get(event_type, f"record {event_type.__name__}")
+        raise InvalidTransitionError(str(state.run_id), state.status.value, action)
+
+
+def next_events(state: RunState, items: Sequence[tuple[type[E], dict[str, Any]]]) -> list[E]:
+    """Build events that follow ``state``, numbering versions and stamping one time.
+
+    Each event is checked against the status the previous ones lead to.
+    """
+    now = utc_now()
+    events: list[E] = []
+    probe = RunState(run_id=state.run_id, version=state.version, status=state.status)
+    for event_type, fields in items:
+        check_transition(probe, event_type)
+        event = event_type(
+            originator_id=state.run_id,
+            originator_version=probe.version + 1,
+            timestamp=now,
+            **fields,
+        )
+        probe.apply(event)
+        events.append(event)
+    return events
+
+
+def append_to_run(
+    store: EventStore, run_id: UUID, items: Sequence[tuple[type[E], dict[str, Any]]]
+) -> tuple[RunState, list[E]]:
+    """Load the run, check each transition, append the events in one transaction."""
+    state = load_run(store, run_id)
+    events = next_events(state, items)
+    store.append(events)
+    for event in events:
+        state.apply(event)
+    return state, events

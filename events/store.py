@@ -1,0 +1,98 @@
+"""The event store shep's commands write to: eventsourcing's ``EventStore`` on our apsw recorder.
+
+This is the one place eventsourcing errors become shep errors: a duplicate
+(stream, version) is a ``ConcurrencyError``, a damaged file a
+``StoreCorruptedError``, an unwritable one a ``StoreUnavailableError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self, cast
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    EventStore as LibraryEventStore,
+)
+from eventsourcing.persistence import (
+    IntegrityError,
+    PersistenceError,
+)
+
+from events.base import Event
+from events.errors import ConcurrencyError
+from events.mapper import MsgspecMapper
+from events.persistence import ApswDatastore, ApswProcessRecorder
+from events.schema import DEFAULT_SYNCHRONOUS, store_error
+
+#: Bumped when the schema changes; tables are created when the file is older.
+SCHEMA_VERSION = 1
+
+
+class EventStore:
+    """Append events to streams with optimistic concurrency; load a stream back."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS) -> None:
+        self.path = Path(path)
+        self.datastore = ApswDatastore(str(path), synchronous=synchronous)
+        self.recorder = ApswProcessRecorder(self.datastore)
+        self._events = LibraryEventStore(mapper=MsgspecMapper(), recorder=self.recorder)
+        try:
+            conn = self.datastore.connection()
+            version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
+            if version < SCHEMA_VERSION:
+                self.recorder.create_table()
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except PersistenceError as e:
+            self.datastore.close()
+            raise store_error(e, self.path) from e
+
+    def append(self, events: Sequence[Event]) -> list[int]:
+        """Append events in one transaction; return their global positions.
+
+        Raises ``ConcurrencyError`` when a stream already has one of the versions:
+        another writer got there first, and nothing of this batch was stored.
+        """
+        if not events:
+            return []
+        try:
+            recordings = self._events.put(list(events))
+        except IntegrityError as e:
+            first = events[0]
+            raise ConcurrencyError(
+                f"Stream {first.originator_id} changed while this command ran "
+                f"(version {first.originator_version} is taken). Reload and try again."
+            ) from e
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+        return [r.notification.id for r in recordings]
+
+    def load(self, stream_id: UUID, *, after_version: int | None = None) -> list[Event]:
+        """Every event of one stream, oldest first."""
+        try:
+            return cast(list[Event], list(self._events.get(stream_id, gt=after_version)))
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+
+    def max_position(self) -> int:
+        """The global position of the newest event, 0 when the store is empty."""
+        try:
+            return self.recorder.max_notification_id() or 0
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+
+    def close(self) -> None:
+        self.datastore.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
