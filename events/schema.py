@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import apsw
@@ -150,3 +152,20 @@ def home_from_env() -> Path:
     """``$SHEP_HOME``, or ``~/.shep``."""
     value = os.environ.get("SHEP_HOME")
     return Path(value).expanduser() if value else Path.home() / ".shep"
+
+
+@contextmanager
+def immediate_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error.
+
+    IMMEDIATE takes the write lock before the first read, so what the
+    transaction reads cannot be changed by another writer before it writes.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        with suppress(apsw.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

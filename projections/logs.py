@@ -1,0 +1,131 @@
+"""The logs projection: what happened in each run, in order, agent output included."""
+
+from __future__ import annotations
+
+import apsw
+
+from events.base import Event
+from events.runs import (
+    AgentOutputRecorded,
+    AgentSessionRecorded,
+    ApprovalAwaited,
+    ArtifactWritten,
+    NodeCompleted,
+    NodeFailed,
+    NodeStarted,
+    RunCancelled,
+    RunCompleted,
+    RunCreated,
+    RunFailed,
+    RunInterrupted,
+    RunResumed,
+    RunStarted,
+)
+from projections.base import Handler, Projection, iso
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS logs ("
+    "position INTEGER PRIMARY KEY, run_id TEXT NOT NULL, timestamp TEXT NOT NULL, "
+    "node TEXT, kind TEXT NOT NULL, message TEXT NOT NULL, tool_name TEXT, "
+    "is_error INTEGER NOT NULL DEFAULT 0)",
+    "CREATE INDEX IF NOT EXISTS logs_run ON logs (run_id, position)",
+)
+
+
+def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one branch per event type)
+    """(kind, node, message) of a run event as the logs show it."""
+    if isinstance(event, AgentOutputRecorded):
+        return event.kind, event.node, event.text
+    if isinstance(event, RunCreated):
+        model = f" model {event.model}" if event.model else ""
+        return (
+            "run.created",
+            None,
+            f"{event.workflow} on {event.repo} with {event.agent_type}{model} "
+            f"({len(event.node_names)} nodes) by {event.created_by}",
+        )
+    if isinstance(event, RunStarted):
+        where = "in the background " if event.background else ""
+        return "run.started", None, f"started {where}by pid {event.pid} on {event.host}"
+    if isinstance(event, RunResumed):
+        return "run.resumed", None, f"resumed by pid {event.pid} on {event.host}"
+    if isinstance(event, NodeStarted):
+        attempt = f" (attempt {event.attempt})" if event.attempt > 1 else ""
+        return "node.started", event.node, f"{event.node} started{attempt}"
+    if isinstance(event, AgentSessionRecorded):
+        return "agent.session", event.node, f"agent session {event.agent_session_id}"
+    if isinstance(event, NodeCompleted):
+        u = event.usage
+        cost = f", ${u.cost_usd:.4f}" if u.cost_usd is not None else ""
+        return (
+            "node.completed",
+            event.node,
+            f"{event.node} completed in {event.duration_ms / 1000:.1f}s "
+            f"({u.input_tokens} in / {u.output_tokens} out tokens{cost})",
+        )
+    if isinstance(event, NodeFailed):
+        return (
+            "node.failed",
+            event.node,
+            f"{event.node} failed: {event.error_type}: {event.message}",
+        )
+    if isinstance(event, ApprovalAwaited):
+        return (
+            "run.waiting_approval",
+            event.node,
+            f"waiting for approval {event.approval_id.hex[:8]}",
+        )
+    if isinstance(event, ArtifactWritten):
+        return "artifact", event.node, f"wrote {event.path} (sha256 {event.sha256[:12]})"
+    if isinstance(event, RunInterrupted):
+        return "run.interrupted", None, f"interrupted: {event.reason}"
+    if isinstance(event, RunCancelled):
+        why = f": {event.reason}" if event.reason else ""
+        return "run.cancelled", None, f"cancelled by {event.cancelled_by}{why}"
+    if isinstance(event, RunCompleted):
+        return "run.completed", None, f"completed in {event.duration_ms / 1000:.1f}s"
+    if isinstance(event, RunFailed):
+        return "run.failed", event.node, f"failed: {event.error_type}: {event.message}"
+    return type(event).__name__, None, ""
+
+
+def _log(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+    kind, node, message = describe(event)
+    is_error = isinstance(event, NodeFailed | RunFailed) or (
+        isinstance(event, AgentOutputRecorded) and event.is_error
+    )
+    tool = event.tool_name if isinstance(event, AgentOutputRecorded) else None
+    c.execute(
+        "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)",
+        (
+            position,
+            event.originator_id.hex,
+            iso(event.timestamp),
+            node,
+            kind,
+            message,
+            tool,
+            int(is_error),
+        ),
+    )
+
+
+_LOGGED: tuple[type[Event], ...] = (
+    RunCreated,
+    RunStarted,
+    RunResumed,
+    NodeStarted,
+    AgentSessionRecorded,
+    NodeCompleted,
+    NodeFailed,
+    AgentOutputRecorded,
+    ApprovalAwaited,
+    ArtifactWritten,
+    RunInterrupted,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+)
+_HANDLERS: dict[type[Event], Handler] = dict.fromkeys(_LOGGED, _log)
+
+LOGS = Projection(name="logs", ddl=DDL, tables=("logs",), handlers=_HANDLERS)

@@ -1,0 +1,114 @@
+"""Queries the CLI reads: runs, nodes, logs. ``get_`` one, ``list_`` many."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+
+from commands.errors import RunNotFoundError
+from events.errors import ShepError
+
+Row = dict[str, Any]
+
+_ACTIVE = ("pending", "running", "waiting_approval", "interrupted")
+
+
+class AmbiguousRunIdError(ShepError):
+    """A run id prefix matches more than one run."""
+
+    exit_code = 2
+
+
+def _rows(cursor: apsw.Cursor) -> list[Row]:
+    try:
+        names = [d[0] for d in cursor.getdescription()]
+    except apsw.ExecutionCompleteError:
+        return []
+    return [dict(zip(names, row, strict=True)) for row in cursor]
+
+
+def resolve_run_id(conn: apsw.Connection, ref: str) -> str:
+    """The full run id (hex) for a run id or a unique prefix of one (dashes ignored)."""
+    prefix = ref.strip().lower().replace("-", "")
+    if not prefix or not all(ch in "0123456789abcdef" for ch in prefix) or len(prefix) > 32:
+        raise RunNotFoundError(ref)
+    matches = [
+        r[0]
+        for r in conn.execute(
+            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 3",
+            (prefix, prefix + "g"),
+        )
+    ]
+    if not matches:
+        raise RunNotFoundError(ref)
+    if len(matches) > 1:
+        raise AmbiguousRunIdError(
+            f"Run id {ref!r} matches several runs; type more characters of it."
+        )
+    return str(matches[0])
+
+
+def list_runs(conn: apsw.Connection, *, include_all: bool = False, recent: int = 10) -> list[Row]:
+    """Active runs (pending, running, waiting, interrupted) and the ``recent`` newest others.
+
+    With ``include_all``, every run. Newest first.
+    """
+    if include_all:
+        return _rows(conn.execute("SELECT * FROM runs ORDER BY created_at DESC, run_id"))
+    active = _rows(
+        conn.execute(
+            f"SELECT * FROM runs WHERE status IN ({','.join('?' * len(_ACTIVE))}) "
+            "ORDER BY created_at DESC",
+            _ACTIVE,
+        )
+    )
+    finished = _rows(
+        conn.execute(
+            f"SELECT * FROM runs WHERE status NOT IN ({','.join('?' * len(_ACTIVE))}) "
+            "ORDER BY created_at DESC LIMIT ?",
+            (*_ACTIVE, recent),
+        )
+    )
+    return sorted(active + finished, key=lambda r: r["created_at"], reverse=True)
+
+
+def count_runs(conn: apsw.Connection) -> int:
+    row = conn.execute("SELECT count(*) FROM runs").fetchone()
+    return int(row[0]) if row else 0
+
+
+def get_run(conn: apsw.Connection, run_id: str) -> Row:
+    """One run with its nodes (in workflow order as far as they started)."""
+    rows = _rows(conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)))
+    if not rows:
+        raise RunNotFoundError(run_id)
+    run = rows[0]
+    run["nodes"] = list_nodes(conn, run_id)
+    return run
+
+
+def list_nodes(conn: apsw.Connection, run_id: str) -> list[Row]:
+    return _rows(
+        conn.execute(
+            "SELECT node, status, attempt, started_at, finished_at, duration_ms, "
+            "agent_session_id, input_tokens, output_tokens, cost_usd, error "
+            "FROM nodes WHERE run_id=? ORDER BY started_at IS NULL, started_at, node",
+            (run_id,),
+        )
+    )
+
+
+def list_logs(
+    conn: apsw.Connection, run_id: str, *, after: int = 0, limit: int | None = None
+) -> list[Row]:
+    """The run's log lines past position ``after``, oldest first."""
+    sql = (
+        "SELECT position, timestamp, node, kind, message, tool_name, is_error "
+        "FROM logs WHERE run_id=? AND position>? ORDER BY position"
+    )
+    params: tuple[Any, ...] = (run_id, after)
+    if limit is not None:
+        sql += " LIMIT ?"
+        params = (*params, limit)
+    return _rows(conn.execute(sql, params))
