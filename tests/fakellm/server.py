@@ -1,4 +1,4 @@
-"""The scripted LLM HTTP server: routes each wire API, records requests, answers from a script."""
+"""The scripted LLM HTTP server: routes the wire APIs, records requests, answers from a script."""
 
 from __future__ import annotations
 

@@ -60,5 +60,6 @@ def test_catch_up_is_exactly_once_across_connections(store: EventStore, db_path:
     catch_up(first, batch_size=3)
     catch_up(second, batch_size=3)
     logs = first.execute("SELECT count(*), count(DISTINCT position) FROM logs").fetchone()
-    assert logs is not None and logs[0] == logs[1] > 0
+    assert logs is not None
+    assert logs[0] == logs[1] > 0
     assert catch_up(second) == 0

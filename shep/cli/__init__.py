@@ -1,0 +1,103 @@
+"""The ``shep`` command line: a root group that loads each command module only when used.
+
+Domain errors become one line on stderr and an exit code here, and only
+here; ``--debug`` (or ``SHEP_DEBUG=1``) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from events.errors import ShepError
+from shep import __version__
+from shep.runtime import Runtime
+
+#: command name -> "module:attribute"; modules are imported only when their command runs.
+COMMANDS: dict[str, str] = {
+    "status": "shep.cli.status:status",
+    "logs": "shep.cli.logs:logs",
+    "projections": "shep.cli.projections:projections",
+    "audit": "shep.cli.audit:audit",
+}
+
+INTERNAL_ERROR_EXIT = 70
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use, so ``shep --help`` stays fast."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, attr = self.lazy[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (also SHEP_DEBUG=1).")
+@click.version_option(__version__, prog_name="shep")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Run AI coding agents through workflows on your repository, and keep a record of all of it.
+
+    Everything shep does is an event in an append-only log under $SHEP_HOME
+    (default ~/.shep); status, logs and the audit trail are read from it.
+    """
+    ctx.obj = Runtime.from_environment(debug=debug)
+    ctx.call_on_close(ctx.obj.close)
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get("SHEP_DEBUG", "") not in ("", "0")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script: run the CLI and turn errors into exit codes."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = _debug_requested(args)
+    try:
+        cli.main(args=args, prog_name="shep", standalone_mode=False)
+    except ShepError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"shep: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("shep: aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("shep: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        # The reader of our output went away (`shep logs | head`); that is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(
+            f"shep: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+            err=True,
+        )
+        sys.exit(INTERNAL_ERROR_EXIT)

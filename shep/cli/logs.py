@@ -1,0 +1,71 @@
+"""``shep logs``: a run's events and agent output, optionally followed live."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+import apsw
+import click
+import msgspec
+
+from projections.queries import get_run, list_logs, resolve_run_id
+from projections.runner import catch_up
+from shep.runtime import Runtime
+
+FINAL = frozenset({"completed", "failed", "cancelled"})
+POLL_SECONDS = 0.01
+
+
+@click.command()
+@click.argument("run")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")
+@click.pass_obj
+def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
+    """Show what happened in RUN (an id or a unique prefix): lifecycle events and agent output."""
+    conn = runtime.read_db()
+    run_id = resolve_run_id(conn, run)
+    last = _print(conn, run_id, 0, as_json)
+    if not follow:
+        return
+    data_version = _data_version(conn)
+    while get_run(conn, run_id)["status"] not in FINAL:
+        time.sleep(POLL_SECONDS)
+        current = _data_version(conn)
+        if current == data_version:
+            continue
+        data_version = current
+        catch_up(conn)
+        last = _print(conn, run_id, last, as_json)
+    catch_up(conn)
+    _print(conn, run_id, last, as_json)
+
+
+def _data_version(conn: apsw.Connection) -> int:
+    # Changes whenever another connection commits: a few microseconds to ask.
+    return cast(int, conn.execute("PRAGMA data_version").fetchall()[0][0])
+
+
+def _print(conn: apsw.Connection, run_id: str, after: int, as_json: bool) -> int:
+    for row in list_logs(conn, run_id, after=after):
+        click.echo(_json_line(row) if as_json else _text_line(row))
+        after = row["position"]
+    return after
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    row = {**row, "is_error": bool(row["is_error"])}
+    return msgspec.json.encode(row).decode()
+
+
+def _text_line(row: dict[str, Any]) -> str:
+    clock = row["timestamp"][11:19]
+    node = f"[{row['node']}] " if row["node"] else ""
+    marker = "!" if row["is_error"] else " "
+    tool = (
+        f" {row['tool_name']}"
+        if row["tool_name"] and row["tool_name"] not in row["message"]
+        else ""
+    )
+    return f"{clock} {marker}{node}{row['kind']}{tool}: {row['message']}"
