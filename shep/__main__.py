@@ -1,0 +1,5 @@
+"""``python -m shep`` runs the CLI."""
+
+from shep.cli import main
+
+main()
