@@ -44,7 +44,7 @@ def verify_chain(conn: apsw.Connection, *, table: str = "stored_events") -> Chai
                 expected_position,
                 f"position {expected_position} is missing (next stored is {position})",
             )
-        computed = chain_hash(previous, position, str(oid), int(version), str(topic), _raw(state))
+        computed = chain_hash(previous, position, _raw(oid), int(version), _raw(topic), _raw(state))
         if computed != _raw(stored):
             return ChainReport(
                 count,

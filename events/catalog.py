@@ -34,7 +34,13 @@ def _collect() -> dict[str, type[Event]]:
 
 def topic_of(cls: type[Event]) -> str:
     """The stored topic of an event class."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+    topic = _topics.get(cls)
+    if topic is None:
+        topic = _topics[cls] = f"{cls.__module__}:{cls.__qualname__}"
+    return topic
+
+
+_topics: dict[type[Event], str] = {}
 
 
 EVENT_CLASSES: dict[str, type[Event]] = _collect()

@@ -253,10 +253,22 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
         rows = []
         ids = []
         encode_id = self.datastore.encode_id
+        # Batches are mostly one stream and few topics: encode each once.
+        last_id: object = None
+        oid, oid_bytes = "", b""
+        topics: dict[str, bytes] = {}
         for s in stored_events:
             position += 1
-            oid = encode_id(s.originator_id)
-            previous = chain_hash(previous, position, oid, s.originator_version, s.topic, s.state)
+            if s.originator_id is not last_id:
+                last_id = s.originator_id
+                oid = encode_id(s.originator_id)
+                oid_bytes = oid.encode()
+            topic = topics.get(s.topic)
+            if topic is None:
+                topic = topics[s.topic] = s.topic.encode()
+            previous = chain_hash(
+                previous, position, oid_bytes, s.originator_version, topic, s.state
+            )
             rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
             ids.append(position)
         c.executemany(self._insert, rows)

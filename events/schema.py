@@ -27,6 +27,8 @@ from events.errors import StoreCorruptedError, StoreError, StoreUnavailableError
 DEFAULT_SYNCHRONOUS = "FULL"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 GENESIS_HASH = bytes(32)
+_HEADER = struct.Struct(">qqIII")
+_sha256 = hashlib.sha256
 
 _SYNCHRONOUS_VALUES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
@@ -64,25 +66,20 @@ TRACKING_DDL = (
 def chain_hash(
     previous: bytes,
     notification_id: int,
-    originator_id: str,
+    originator_id: bytes,
     originator_version: int,
-    topic: str,
+    topic: bytes,
     state: bytes,
 ) -> bytes:
     """``H(previous hash, event bytes)``: SHA-256 over the previous hash and every stored field.
 
-    Lengths prefix the variable fields so no two different events hash alike.
+    ``originator_id`` and ``topic`` are their stored text, UTF-8 encoded. Lengths
+    prefix the variable fields so no two different events hash alike.
     """
-    oid = originator_id.encode()
-    top = topic.encode()
-    digest = hashlib.sha256(previous)
-    digest.update(
-        struct.pack(">qqIII", notification_id, originator_version, len(oid), len(top), len(state))
+    header = _HEADER.pack(
+        notification_id, originator_version, len(originator_id), len(topic), len(state)
     )
-    digest.update(oid)
-    digest.update(top)
-    digest.update(state)
-    return digest.digest()
+    return _sha256(b"".join((previous, header, originator_id, topic, state))).digest()
 
 
 def connect(

@@ -38,7 +38,8 @@ class EventStore:
         self.path = Path(path)
         self.datastore = ApswDatastore(str(path), synchronous=synchronous)
         self.recorder = ApswProcessRecorder(self.datastore)
-        self._events = LibraryEventStore(mapper=MsgspecMapper(), recorder=self.recorder)
+        self._mapper = MsgspecMapper()
+        self._events = LibraryEventStore(mapper=self._mapper, recorder=self.recorder)
         try:
             conn = self.datastore.connection()
             version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
@@ -58,7 +59,10 @@ class EventStore:
         if not events:
             return []
         try:
-            recordings = self._events.put(list(events))
+            # The library's EventStore.put would also build a Recording per event;
+            # commands only need the positions, so map and insert directly.
+            to_stored = self._mapper.to_stored_event
+            ids = self.recorder.insert_events([to_stored(e) for e in events])
         except IntegrityError as e:
             first = events[0]
             raise ConcurrencyError(
@@ -67,7 +71,7 @@ class EventStore:
             ) from e
         except PersistenceError as e:
             raise store_error(e, self.path) from e
-        return [r.notification.id for r in recordings]
+        return list(ids or ())
 
     def load(self, stream_id: UUID, *, after_version: int | None = None) -> list[Event]:
         """Every event of one stream, oldest first."""

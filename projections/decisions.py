@@ -17,7 +17,7 @@ from events.inbox import (
     QuestionAsked,
 )
 from events.supervisor import SupervisorDecisionMade
-from projections.base import Projection, iso
+from projections.base import Batch, Projection
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS decision_subjects ("
@@ -34,10 +34,10 @@ DDL = (
 _INSERT = "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
-def _subject(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _subject(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAsked | ApprovalRequested)
     prompt_version = event.prompt_version if isinstance(event, ApprovalRequested) else None
-    c.execute(
+    b.cursor.execute(
         "INSERT OR REPLACE INTO decision_subjects VALUES (?,?,?,?)",
         (event.originator_id.hex, event.run_id.hex, event.node, prompt_version),
     )
@@ -50,20 +50,20 @@ def _subject_of(c: apsw.Cursor, subject: str) -> tuple[str | None, str | None, s
     return (row[0], row[1], row[2]) if row else (None, None, None)
 
 
-def _answered(c: apsw.Cursor, position: int, event: Event, chain: bytes) -> None:
+def _answered(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAnswered | ApprovalGranted | ApprovalRejected)
-    subject = event.originator_id.hex
-    run_id, node, prompt_version = _subject_of(c, subject)
+    subject = b.stream
+    run_id, node, prompt_version = _subject_of(b.cursor, subject)
     if isinstance(event, QuestionAnswered):
         kind, decision, rationale, policy = "question", event.answer, "", None
     else:
         kind = "approval"
         decision = "granted" if isinstance(event, ApprovalGranted) else "rejected"
         rationale, policy = event.rationale, event.policy
-    c.execute(
+    b.cursor.execute(
         _INSERT,
         (
-            position,
+            b.position,
             subject,
             run_id,
             node,
@@ -74,20 +74,20 @@ def _answered(c: apsw.Cursor, position: int, event: Event, chain: bytes) -> None
             None,
             prompt_version,
             rationale,
-            iso(event.timestamp),
-            chain.hex(),
+            b.at,
+            b.chain.hex(),
         ),
     )
 
 
-def _supervisor(c: apsw.Cursor, position: int, event: Event, chain: bytes) -> None:
+def _supervisor(b: Batch, event: Event) -> None:
     assert isinstance(event, SupervisorDecisionMade)
     subject = event.subject_id.hex if event.subject_id else None
-    node = _subject_of(c, subject)[1] if subject else None
-    c.execute(
+    node = _subject_of(b.cursor, subject)[1] if subject else None
+    b.cursor.execute(
         _INSERT,
         (
-            position,
+            b.position,
             subject,
             event.run_id.hex,
             node,
@@ -98,8 +98,8 @@ def _supervisor(c: apsw.Cursor, position: int, event: Event, chain: bytes) -> No
             event.policy_version,
             event.prompt_version,
             event.rationale,
-            iso(event.timestamp),
-            chain.hex(),
+            b.at,
+            b.chain.hex(),
         ),
     )
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import apsw
-
 from events.base import Event
 from events.inbox import (
     ApprovalGranted,
@@ -14,7 +12,7 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
-from projections.base import Projection, iso
+from projections.base import Batch, Projection
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS inbox ("
@@ -26,57 +24,57 @@ DDL = (
 )
 
 
-def _asked(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _asked(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAsked)
-    c.execute(
+    b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, prompt, choices, status, asked_at) "
         "VALUES (?, 'question', ?, ?, ?, ?, 'pending', ?)",
         (
-            event.originator_id.hex,
+            b.stream,
             event.run_id.hex,
             event.node,
             event.question,
             json.dumps(event.choices),
-            iso(event.timestamp),
+            b.at,
         ),
     )
 
 
-def _requested(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _requested(b: Batch, event: Event) -> None:
     assert isinstance(event, ApprovalRequested)
-    c.execute(
+    b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, prompt, status, asked_at) "
         "VALUES (?, 'approval', ?, ?, ?, 'pending', ?)",
         (
-            event.originator_id.hex,
+            b.stream,
             event.run_id.hex,
             event.node,
             event.summary,
-            iso(event.timestamp),
+            b.at,
         ),
     )
 
 
-def _answered(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _answered(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAnswered)
-    c.execute(
+    b.cursor.execute(
         "UPDATE inbox SET status='answered', answer=?, actor=?, answered_at=? WHERE item_id=?",
-        (event.answer, event.actor, iso(event.timestamp), event.originator_id.hex),
+        (event.answer, event.actor, b.at, b.stream),
     )
 
 
-def _decided(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _decided(b: Batch, event: Event) -> None:
     assert isinstance(event, ApprovalGranted | ApprovalRejected)
     status = "granted" if isinstance(event, ApprovalGranted) else "rejected"
-    c.execute(
+    b.cursor.execute(
         "UPDATE inbox SET status=?, actor=?, rationale=?, policy=?, answered_at=? WHERE item_id=?",
         (
             status,
             event.actor,
             event.rationale,
             event.policy,
-            iso(event.timestamp),
-            event.originator_id.hex,
+            b.at,
+            b.stream,
         ),
     )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import apsw
-
 from events.base import Event
 from events.runs import (
     AgentOutputRecorded,
@@ -21,7 +19,7 @@ from events.runs import (
     RunResumed,
     RunStarted,
 )
-from projections.base import Handler, Projection, iso
+from projections.base import Batch, Handler, Projection
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS logs ("
@@ -89,24 +87,15 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
     return type(event).__name__, None, ""
 
 
-def _log(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _log(b: Batch, event: Event) -> None:
     kind, node, message = describe(event)
     is_error = isinstance(event, NodeFailed | RunFailed) or (
         isinstance(event, AgentOutputRecorded) and event.is_error
     )
     tool = event.tool_name if isinstance(event, AgentOutputRecorded) else None
-    c.execute(
+    b.defer(
         "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)",
-        (
-            position,
-            event.originator_id.hex,
-            iso(event.timestamp),
-            node,
-            kind,
-            message,
-            tool,
-            int(is_error),
-        ),
+        (b.position, b.stream, b.at, node, kind, message, tool, int(is_error)),
     )
 
 

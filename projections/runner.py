@@ -13,6 +13,7 @@ from typing import cast
 
 import apsw
 
+from events.base import Event
 from events.catalog import UnknownEventTopicError, decode_event
 from events.errors import StoreError
 from events.schema import (
@@ -22,7 +23,7 @@ from events.schema import (
     immediate_transaction,
     store_error,
 )
-from projections.base import Projection
+from projections.base import Batch, Handler, Projection
 from projections.decisions import DECISIONS
 from projections.inbox import INBOX
 from projections.logs import LOGS
@@ -123,8 +124,10 @@ def _catch_up_batch(conn: apsw.Connection, batch_size: int) -> int:
         )
         if not rows:
             return 0
-        cursor = conn.cursor()
-        _apply(cursor, rows, tracked)
+        batch = Batch(conn.cursor())
+        _apply(batch, rows, tracked)
+        batch.flush()
+        cursor = batch.cursor
         last = rows[-1][0]
         for projection in PROJECTIONS:
             if (
@@ -136,9 +139,13 @@ def _catch_up_batch(conn: apsw.Connection, batch_size: int) -> int:
 
 
 def _apply(
-    cursor: apsw.Cursor, rows: Sequence[tuple[int, str, bytes, bytes]], tracked: dict[str, int]
+    batch: Batch, rows: Sequence[tuple[int, str, bytes, bytes]], tracked: dict[str, int]
 ) -> None:
     lagging = [p for p in PROJECTIONS if tracked[p.name] < rows[-1][0]]
+    # Usually every projection is at the same position: then the handlers for an
+    # event type are the same for the whole batch.
+    uniform = len(set(tracked.values())) == 1
+    by_kind: dict[type[Event], list[Handler]] = {}
     for position, topic, state, chain in rows:
         try:
             event = decode_event(topic, state)
@@ -148,10 +155,24 @@ def _apply(
                 "Upgrade shep."
             ) from e
         kind = type(event)
-        for projection in lagging:
-            handler = projection.handlers.get(kind)
-            if handler is not None and position > tracked[projection.name]:
-                handler(cursor, position, event, chain)
+        handlers = by_kind.get(kind) if uniform else None
+        if handlers is None:
+            handlers = [
+                handler
+                for projection in lagging
+                if position > tracked[projection.name]
+                and (handler := projection.handlers.get(kind)) is not None
+            ]
+            if uniform:
+                by_kind[kind] = handlers
+        if not handlers:
+            continue
+        batch.position = position
+        batch.at = event.timestamp.isoformat()
+        batch.stream = event.originator_id.hex
+        batch.chain = chain
+        for handler in handlers:
+            handler(batch, event)
 
 
 def rebuild(conn: apsw.Connection, *, batch_size: int = 5000) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import apsw
-
 from events.base import Event
 from events.runs import (
     AgentOutputRecorded,
@@ -21,7 +19,7 @@ from events.runs import (
     RunResumed,
     RunStarted,
 )
-from projections.base import Handler, Projection, iso
+from projections.base import Batch, Handler, Projection
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS runs ("
@@ -44,180 +42,167 @@ DDL = (
 )
 
 _ACTIVITY_CHARS = 120
+_TOUCH = "UPDATE runs SET updated_at=?, version=?, last_position=? WHERE run_id=?"
+_ACTIVITY = "UPDATE runs SET last_activity=? WHERE run_id=?"
+_HEARTBEAT = "UPDATE runs SET last_heartbeat=?, pid=?, host=? WHERE run_id=?"
 
 
-def _touch(c: apsw.Cursor, position: int, event: Event, assignments: str, *params: object) -> None:
-    c.execute(
-        f"UPDATE runs SET {assignments}{', ' if assignments else ''}"
-        "updated_at=?, version=?, last_position=? WHERE run_id=?",
-        (
-            *params,
-            iso(event.timestamp),
-            event.originator_version,
-            position,
-            event.originator_id.hex,
-        ),
-    )
+def _touch(b: Batch, event: Event) -> None:
+    # Every run event moves updated_at/version/position; only the batch's last one matters.
+    b.latest(_TOUCH, b.stream, (b.at, event.originator_version, b.position, b.stream))
 
 
-def _created(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _update(b: Batch, assignments: str, *params: object) -> None:
+    b.cursor.execute(f"UPDATE runs SET {assignments} WHERE run_id=?", (*params, b.stream))
+
+
+def _created(b: Batch, event: Event) -> None:
     assert isinstance(event, RunCreated)
-    at = iso(event.timestamp)
-    c.execute(
+    b.cursor.execute(
         "INSERT INTO runs (run_id, workflow, agent_type, model, repo, status, total_nodes, "
         "created_at, updated_at, created_by, origin_run_id, version, last_position) "
         "VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?)",
         (
-            event.originator_id.hex,
+            b.stream,
             event.workflow,
             event.agent_type,
             event.model,
             event.repo,
             len(event.node_names),
-            at,
-            at,
+            b.at,
+            b.at,
             event.created_by,
             event.origin_run_id.hex if event.origin_run_id else None,
             event.originator_version,
-            position,
+            b.position,
         ),
     )
-    c.executemany(
+    b.cursor.executemany(
         "INSERT OR IGNORE INTO nodes (run_id, node, status) VALUES (?,?,'pending')",
-        [(event.originator_id.hex, node) for node in event.node_names],
+        [(b.stream, node) for node in event.node_names],
     )
 
 
-def _started(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _started(b: Batch, event: Event) -> None:
     assert isinstance(event, RunStarted | RunResumed)
-    _touch(
-        c,
-        position,
-        event,
-        "status='running', started_at=coalesce(started_at, ?), pid=?, host=?, "
-        "log_path=coalesce(?, log_path), error=NULL, last_heartbeat=?",
-        iso(event.timestamp),
-        event.pid,
-        event.host,
+    _update(
+        b,
+        "status='running', started_at=coalesce(started_at, ?), log_path=coalesce(?, log_path), "
+        "error=NULL",
+        b.at,
         event.log_path,
-        iso(event.timestamp),
     )
+    # A start counts as a heartbeat; queued with heartbeats so the latest one wins.
+    b.latest(_HEARTBEAT, b.stream, (b.at, event.pid, event.host, b.stream))
+    _touch(b, event)
 
 
-def _node_started(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _node_started(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeStarted)
-    run = event.originator_id.hex
-    c.execute(
+    b.cursor.execute(
         "INSERT INTO nodes (run_id, node, status, attempt, started_at) VALUES (?,?,'running',?,?) "
         "ON CONFLICT (run_id, node) DO UPDATE SET status='running', attempt=excluded.attempt, "
         "started_at=excluded.started_at, finished_at=NULL, error=NULL",
-        (run, event.node, event.attempt, iso(event.timestamp)),
+        (b.stream, event.node, event.attempt, b.at),
     )
-    _touch(c, position, event, "current_node=?", event.node)
+    _update(b, "current_node=?", event.node)
+    _touch(b, event)
 
 
-def _session(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _session(b: Batch, event: Event) -> None:
     assert isinstance(event, AgentSessionRecorded)
-    c.execute(
+    b.cursor.execute(
         "UPDATE nodes SET agent_session_id=? WHERE run_id=? AND node=?",
-        (event.agent_session_id, event.originator_id.hex, event.node),
+        (event.agent_session_id, b.stream, event.node),
     )
-    _touch(c, position, event, "agent_session_id=?", event.agent_session_id)
+    _update(b, "agent_session_id=?", event.agent_session_id)
+    _touch(b, event)
 
 
-def _node_completed(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _node_completed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeCompleted)
-    run = event.originator_id.hex
     u = event.usage
-    c.execute(
+    b.cursor.execute(
         "INSERT INTO nodes (run_id, node, status) VALUES (?,?,'completed') "
         "ON CONFLICT (run_id, node) DO UPDATE SET status='completed'",
-        (run, event.node),
+        (b.stream, event.node),
     )
-    c.execute(
+    b.cursor.execute(
         "UPDATE nodes SET finished_at=?, duration_ms=?, agent_session_id=coalesce(?, "
         "agent_session_id), input_tokens=?, output_tokens=?, cost_usd=?, error=NULL "
         "WHERE run_id=? AND node=?",
         (
-            iso(event.timestamp),
+            b.at,
             event.duration_ms,
             event.agent_session_id,
             u.input_tokens,
             u.output_tokens,
             u.cost_usd,
-            run,
+            b.stream,
             event.node,
         ),
     )
-    _touch(
-        c,
-        position,
-        event,
+    _update(
+        b,
         "current_node=NULL, completed_nodes=(SELECT count(*) FROM nodes WHERE run_id=? AND "
         "status='completed'), input_tokens=input_tokens+?, output_tokens=output_tokens+?, "
         "cost_usd=cost_usd+?, agent_session_id=coalesce(?, agent_session_id)",
-        run,
+        b.stream,
         u.input_tokens,
         u.output_tokens,
         u.cost_usd or 0.0,
         event.agent_session_id,
     )
+    _touch(b, event)
 
 
-def _node_failed(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _node_failed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeFailed)
-    run = event.originator_id.hex
-    c.execute(
+    b.cursor.execute(
         "INSERT INTO nodes (run_id, node, status) VALUES (?,?,'failed') "
         "ON CONFLICT (run_id, node) DO UPDATE SET status='failed'",
-        (run, event.node),
+        (b.stream, event.node),
     )
-    c.execute(
+    b.cursor.execute(
         "UPDATE nodes SET finished_at=?, duration_ms=?, error=? WHERE run_id=? AND node=?",
-        (
-            iso(event.timestamp),
-            event.duration_ms,
-            f"{event.error_type}: {event.message}",
-            run,
-            event.node,
-        ),
+        (b.at, event.duration_ms, f"{event.error_type}: {event.message}", b.stream, event.node),
     )
-    _touch(c, position, event, "current_node=NULL")
+    _update(b, "current_node=NULL")
+    _touch(b, event)
 
 
-def _heartbeat(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _heartbeat(b: Batch, event: Event) -> None:
     assert isinstance(event, HeartbeatRecorded)
-    _touch(
-        c,
-        position,
-        event,
-        "last_heartbeat=?, pid=?, host=?, last_activity=coalesce(?, last_activity)",
-        iso(event.timestamp),
-        event.pid,
-        event.host,
-        event.last_activity,
-    )
+    b.latest(_HEARTBEAT, b.stream, (b.at, event.pid, event.host, b.stream))
+    if event.last_activity:
+        b.latest(_ACTIVITY, b.stream, (event.last_activity[:_ACTIVITY_CHARS], b.stream))
+    _touch(b, event)
 
 
-def _output(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+def _output(b: Batch, event: Event) -> None:
     assert isinstance(event, AgentOutputRecorded)
-    activity = event.text.strip().splitlines()[-1] if event.text.strip() else ""
     if event.tool_name:
         activity = f"{event.kind} {event.tool_name}"
-    _touch(c, position, event, "last_activity=?", activity[:_ACTIVITY_CHARS] or None)
+    else:
+        text = event.text.strip()
+        activity = text.rsplit("\n", 1)[-1] if text else ""
+    if activity:
+        b.latest(_ACTIVITY, b.stream, (activity[:_ACTIVITY_CHARS], b.stream))
+    _touch(b, event)
 
 
 def _status(status: str, *, final: bool = False, error: bool = False) -> Handler:
-    def handle(c: apsw.Cursor, position: int, event: Event, _: bytes) -> None:
+    def handle(b: Batch, event: Event) -> None:
         assignments = f"status='{status}'"
         params: list[object] = []
         if final:
             assignments += ", finished_at=?, current_node=NULL"
-            params.append(iso(event.timestamp))
+            params.append(b.at)
         if error:
             assignments += ", error=?"
             params.append(_error_text(event))
-        _touch(c, position, event, assignments, *params)
+        _update(b, assignments, *params)
+        _touch(b, event)
 
     return handle
 

@@ -219,6 +219,11 @@ class _Server(ThreadingHTTPServer):
         self.llm = llm
         super().__init__(address, handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A CLI that is killed or drops a pooled connection is normal; anything else is shown."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 def _api_key(headers: dict[str, str], query: dict[str, str]) -> str | None:
     for name in ("x-api-key", "x-goog-api-key"):

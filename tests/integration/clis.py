@@ -20,6 +20,9 @@ from pathlib import Path
 
 DEFAULT_PREFIX = Path.home() / ".cache" / "shep-agent-clis"
 TOKEN = "sk-shep-test-token-0123456789"
+# Scripted answers for a first turn and a resumed second turn.
+FIRST = "Noted: the magic word is BANANA."
+SECOND = "Second turn: I remember. The magic word is BANANA."
 
 # shep agent type -> path of the binary under the install prefix (.ci/install-agent-clis)
 BINARIES = {

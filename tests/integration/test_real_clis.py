@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 
 from tests.fakellm import FakeLLM
-from tests.integration.clis import AGENTS, TOKEN, CliSetup
+from tests.integration.clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(180)]
 
-FIRST = "Noted: the magic word is BANANA."
-SECOND = "Second turn: I remember. The magic word is BANANA."
 FILE_CONTENT = "written by the fake LLM through a tool call\n"
 DONE = "Done: I created hello.txt."
 
@@ -73,8 +71,8 @@ def _continue_parse(out: str) -> tuple[str, str | None]:
 
 def _aider_parse(out: str) -> tuple[str, str | None]:
     """Aider prints a banner, a blank line, the answer, then ``Tokens: ...``."""
-    body = out.split("Repo-map: disabled\n", 1)[1]
-    return body.split("\nTokens:", 1)[0].strip(), None
+    body = out.split("Repo-map: disabled\n", 1)[1].split("\nTokens:", 1)[0]
+    return body.replace("Restored previous conversation history.", "", 1).strip(), None
 
 
 @dataclass(frozen=True)

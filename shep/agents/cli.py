@@ -1,0 +1,280 @@
+"""The shared shape of every CLI executor: build argv, run the process, parse its output.
+
+A concrete executor supplies two things: ``command()`` (argv and stdin for one
+call) and ``parser()`` (an ``OutputParser`` that turns stdout lines into
+normalized events and, at the end, into an ``AgentResult`` or a typed error).
+Everything else (environment, token placement, the subprocess discipline,
+dropping unsupported options, redacting the token from errors) lives here once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import msgspec
+
+from shep.agents.failures import output_error
+from shep.agents.model import (
+    AgentEvent,
+    AgentOptions,
+    AgentResult,
+    Completed,
+)
+from shep.agents.process import AgentProcess, ProcessLimits, ProcessOutcome
+from shep.agents.spec import AgentSpec
+from shep.errors import AgentError, AgentExitError
+
+__all__ = [
+    "ARGV_PROMPT_LIMIT",
+    "CliExecutor",
+    "Command",
+    "OutputParser",
+    "Scratch",
+    "decode_json",
+    "has_write_tools",
+    "parse_structured",
+]
+
+log = logging.getLogger("shep.agents")
+
+# Linux refuses a single argv string over 128 KiB (MAX_ARG_STRLEN); stay below it.
+ARGV_PROMPT_LIMIT = 120 * 1024
+
+# Tool names (any agent's spelling, lower-cased, without a "(pattern)" suffix) that
+# change files or run commands. Used to pick a write-capable mode when a node's
+# allowed tools include one of them.
+_WRITE_TOOLS = frozenset(
+    {
+        "write",
+        "edit",
+        "multiedit",
+        "notebookedit",
+        "bash",
+        "shell",
+        "write_file",
+        "replace",
+        "edit_file",
+        "run_shell_command",
+        "apply_patch",
+        "create",
+        "str_replace",
+    }
+)
+_OPTION_FIELDS = tuple(f for f in AgentOptions.__struct_fields__ if f not in ("cwd", "timeout"))
+
+
+def has_write_tools(tools: Iterable[str]) -> bool:
+    """Whether any of ``tools`` can change files or run commands."""
+    return any(tool.split("(", 1)[0].strip().lower() in _WRITE_TOOLS for tool in tools)
+
+
+def decode_json(data: bytes) -> Any:
+    """``data`` decoded as JSON, or ``msgspec.DecodeError``."""
+    return msgspec.json.decode(data)
+
+
+def parse_structured(text: str) -> Any | None:
+    """The JSON value an agent answered with when asked for structured output.
+
+    Tolerates a Markdown code fence around the JSON; ``None`` if it is not JSON.
+    """
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[1] if "\n" in body else ""
+        body = body.rsplit("```", 1)[0]
+    try:
+        return msgspec.json.decode(body.strip().encode())
+    except msgspec.DecodeError:
+        return None
+
+
+@dataclass(frozen=True)
+class Command:
+    """One invocation: argv after the binary, and what to write on stdin (if anything)."""
+
+    args: list[str]
+    stdin: str | None
+
+
+class Scratch:
+    """A temporary directory for files an invocation needs, created on first use."""
+
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+
+    def write(self, name: str, data: str) -> str:
+        """Write ``data`` to a private file called ``name``; returns its path."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="shep-agent-"))
+        path = self._dir / name
+        path.write_text(data, encoding="utf-8")
+        return str(path)
+
+    def remove(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+class OutputParser(Protocol):
+    """Turns one call's stdout into events, then into a result or a typed error."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the agent's final result has been seen (it may now be stopped)."""
+        ...
+
+    def feed(self, line: bytes) -> Iterable[AgentEvent]:
+        """Events for one stdout line (without its newline)."""
+        ...
+
+    def finish(self, outcome: ProcessOutcome) -> AgentResult:
+        """The result once the process ended; raises a typed ``AgentError`` instead."""
+        ...
+
+
+class CliExecutor:
+    """Base of the executors that drive an agent CLI as a subprocess."""
+
+    features: ClassVar[frozenset[str]] = frozenset()
+    # AgentOptions fields this executor maps to flags; others are dropped with a
+    # debug line. cwd and timeout are handled here for every executor.
+    handled: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        *,
+        token: str | None = None,
+        binary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: ProcessLimits | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.type
+        self._binary = binary or spec.binary
+        self._extra_env = dict(env or {})
+        self._token = token
+        self._limits = limits or ProcessLimits()
+
+    def __repr__(self) -> str:
+        # Never show the token.
+        return f"{type(self).__name__}(binary={self._binary!r})"
+
+    # -- the AgentExecutor protocol ------------------------------------------------------
+
+    def supports(self, feature: str) -> bool:
+        return feature in self.features
+
+    def execute(self, prompt: str, options: AgentOptions) -> AgentResult:
+        for event in self._run(prompt, options, streaming=False):
+            if isinstance(event, Completed):
+                return event.result
+        raise AssertionError("an agent run ended without a result or an error")
+
+    def stream(self, prompt: str, options: AgentOptions) -> Iterator[AgentEvent]:
+        return self._run(prompt, options, streaming=True)
+
+    # -- what each executor provides ----------------------------------------------------
+
+    def command(
+        self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
+    ) -> Command:
+        raise NotImplementedError
+
+    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
+        raise NotImplementedError
+
+    # -- shared machinery -----------------------------------------------------------------
+
+    def drop(self, option: str, why: str = "not supported") -> None:
+        """Log (debug) that ``option`` is ignored for this agent."""
+        log.debug("%s: dropping option %s (%s)", self.name, option, why)
+
+    def child_env(self) -> dict[str, str]:
+        """os.environ, then the executor's extra env, then the token under its variables."""
+        env = {**os.environ, **self._extra_env}
+        if self._token is not None:
+            for var in self.spec.token_env:
+                env[var] = self._token
+        return env
+
+    def _drop_unsupported(self, options: AgentOptions) -> None:
+        for field in _OPTION_FIELDS:
+            if field not in self.handled and getattr(options, field) is not None:
+                self.drop(field)
+
+    def _run(self, prompt: str, options: AgentOptions, *, streaming: bool) -> Iterator[AgentEvent]:
+        self._drop_unsupported(options)
+        scratch = Scratch()
+        try:
+            command = self.command(prompt, options, streaming=streaming, scratch=scratch)
+            parser = self.parser(options, streaming=streaming)
+            log.debug("%s: running %s %s", self.name, self._binary, _describe(command.args))
+            with AgentProcess(
+                [self._binary, *command.args],
+                stdin=None if command.stdin is None else command.stdin.encode("utf-8"),
+                env=self.child_env(),
+                cwd=options.cwd,
+                limits=self._limits,
+                timeout=options.timeout,
+                agent=self.name,
+                label=self.spec.label,
+                install_hint=self.spec.install_hint,
+            ) as process:
+                for line in process.lines():
+                    yield from parser.feed(line)
+                    if parser.done:
+                        process.mark_result()
+                outcome = process.finish()
+            result = parser.finish(outcome)
+        except AgentError as error:
+            raise self._redact(error) from error.__cause__
+        finally:
+            scratch.remove()
+        yield Completed(result=result)
+
+    def _redact(self, error: AgentError) -> AgentError:
+        """``error`` with the token (should an API echo it back) masked out."""
+        token = self._token
+        if not token or len(token) < 4:
+            return error
+        error.args = tuple(
+            arg.replace(token, "***") if isinstance(arg, str) else arg for arg in error.args
+        )
+        if isinstance(error, AgentExitError):
+            error.stderr_tail = error.stderr_tail.replace(token, "***")
+        return error
+
+    def check_argv_prompt(self, prompt: str) -> None:
+        """Refuse a prompt too long to pass as one argv string (agents without stdin)."""
+        if len(prompt.encode("utf-8")) > ARGV_PROMPT_LIMIT:
+            raise AgentError(
+                f"{self.spec.label} takes its prompt on the command line, and this prompt is "
+                f"{len(prompt.encode('utf-8'))} bytes (the limit is {ARGV_PROMPT_LIMIT}). "
+                "Shorten it, or use an agent that reads the prompt from stdin.",
+                agent=self.name,
+            )
+
+
+def _describe(args: list[str]) -> str:
+    """argv for a debug line: long values (prompts, schemas) shortened."""
+    return " ".join(a if len(a) <= 80 else a[:77] + "..." for a in args)
+
+
+def missing_result(spec: AgentSpec, outcome: ProcessOutcome, raw: bytes) -> AgentError:
+    """The error when a run ended without a recognizable result and no known error."""
+    from shep.agents.failures import exit_error
+
+    if outcome.exit_code:
+        return exit_error(spec, outcome.exit_code, outcome.stderr)
+    if not raw.strip():
+        return output_error(spec, "produced no output")
+    return output_error(spec, "ended without a final result; its output was", raw)

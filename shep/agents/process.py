@@ -1,0 +1,375 @@
+"""Running one agent CLI as a subprocess, with the discipline every executor shares.
+
+Each call gets its own process group (``start_new_session``) so that a timeout,
+a cancellation or a child that will not let go of its pipes ends with the whole
+group killed: SIGTERM, then SIGKILL after a grace period. stdout and stderr are
+read by two threads so that a flood on one cannot block the other; stdout is
+handed over line by line and capped, stderr keeps only its tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from shep.errors import AgentError, AgentNotFoundError, AgentOutputError, AgentTimeoutError
+
+__all__ = ["AgentProcess", "ProcessLimits", "ProcessOutcome", "kill_group"]
+
+_CHUNK = 64 * 1024
+_POLL = 0.05
+
+
+@dataclass(frozen=True)
+class ProcessLimits:
+    """Time and size bounds for one agent subprocess.
+
+    ``linger``: once the agent printed its final result, how long its main process
+    may keep running before shep stops it. ``drain``: once the main process exited,
+    how long to keep reading a pipe that a leftover child still holds open.
+    """
+
+    kill_grace: float = 5.0
+    output_cap: int = 32 * 1024 * 1024
+    linger: float = 5.0
+    drain: float = 1.0
+    stderr_tail: int = 64 * 1024
+    version_timeout: float = 15.0
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How the subprocess ended.
+
+    ``exit_code`` is ``None`` when shep stopped the process itself after its final
+    result (it lingered); a negative value means it died from that signal.
+    """
+
+    exit_code: int | None
+    stderr: str
+    stdout_bytes: int
+    duration_ms: int
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+_EOF = _Marker("eof")
+_OVERFLOW = _Marker("overflow")
+
+
+class AgentProcess:
+    """One running agent CLI; use as a context manager so the group is always reaped."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None,
+        env: Mapping[str, str],
+        cwd: str | None,
+        limits: ProcessLimits,
+        timeout: float | None,
+        agent: str,
+        label: str,
+        install_hint: str,
+    ) -> None:
+        self._argv = list(argv)
+        self._stdin = stdin
+        self._env = dict(env)
+        self._cwd = cwd
+        self._limits = limits
+        self._timeout = timeout
+        self._agent = agent
+        self._label = label
+        self._install_hint = install_hint
+        self._lines: queue.SimpleQueue[bytes | _Marker] = queue.SimpleQueue()
+        self._stderr = bytearray()
+        self._stderr_lock = threading.Lock()
+        self._stdout_bytes = 0
+        self._threads: list[threading.Thread] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
+        self._deadline: float | None = None
+        self._result_at: float | None = None
+        self._exited_at: float | None = None
+        self._stopped_by_us = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> AgentProcess:
+        self._start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Reached on success, on errors and on cancellation (KeyboardInterrupt, a
+        # closed generator): whatever is left of the group goes.
+        self._reap()
+
+    def _start(self) -> None:
+        if self._cwd is not None and not Path(self._cwd).is_dir():
+            raise AgentError(
+                f"{self._label}: the working directory {self._cwd} does not exist.",
+                agent=self._agent,
+            )
+        try:
+            self._proc = subprocess.Popen(
+                self._argv,
+                stdin=subprocess.PIPE if self._stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self._cwd,
+                env=self._env,
+                start_new_session=True,
+            )
+        except FileNotFoundError as e:
+            raise AgentNotFoundError(
+                f"{self._label}: `{self._argv[0]}` was not found. Install it with "
+                f"`{self._install_hint}`, or put it on PATH.",
+                agent=self._agent,
+            ) from e
+        except PermissionError as e:
+            raise AgentNotFoundError(
+                f"{self._label}: `{self._argv[0]}` is not executable ({e.strerror}).",
+                agent=self._agent,
+            ) from e
+        except OSError as e:
+            raise AgentNotFoundError(
+                f"{self._label}: cannot start `{self._argv[0]}`: {e.strerror or e}.",
+                agent=self._agent,
+            ) from e
+        self._started = time.monotonic()
+        if self._timeout is not None:
+            self._deadline = self._started + self._timeout
+        proc = self._proc
+        assert proc.stdout is not None and proc.stderr is not None
+        self._spawn(self._pump_stdout, proc.stdout.fileno())
+        self._spawn(self._pump_stderr, proc.stderr.fileno())
+        if self._stdin is not None:
+            assert proc.stdin is not None
+            self._spawn(self._feed_stdin, proc.stdin)
+
+    def _spawn(self, target: object, arg: object) -> None:
+        thread = threading.Thread(target=target, args=(arg,), daemon=True)  # type: ignore[arg-type]
+        thread.start()
+        self._threads.append(thread)
+
+    # -- the reading side, as the executor sees it --------------------------------------
+
+    def lines(self) -> Iterator[bytes]:
+        """Yield stdout lines (without the newline) until the agent is done.
+
+        Done means: stdout closed; or the main process exited and ``drain`` passed;
+        or ``mark_result()`` was called and the main process kept running for
+        ``linger``. Raises ``AgentTimeoutError`` past the timeout and
+        ``AgentOutputError`` past the output cap, with the group killed first.
+        """
+        proc = self._require()
+        while True:
+            try:
+                item = self._lines.get(timeout=_POLL)
+            except queue.Empty:
+                item = None
+            if isinstance(item, bytes):
+                yield item
+            elif item is _EOF:
+                return
+            elif item is _OVERFLOW:
+                self._kill()
+                raise AgentOutputError(
+                    f"{self._label} printed more than {self._limits.output_cap} bytes on stdout; "
+                    "shep stopped it. Raise the output cap if this is expected.",
+                    agent=self._agent,
+                )
+            now = time.monotonic()
+            if self._deadline is not None and now >= self._deadline:
+                self._kill()
+                raise self._timeout_error()
+            if self._exited_at is None and proc.poll() is not None:
+                self._exited_at = now
+            if self._exited_at is not None and now - self._exited_at >= self._limits.drain:
+                return
+            if (
+                self._exited_at is None
+                and self._result_at is not None
+                and now - self._result_at >= self._limits.linger
+            ):
+                return
+
+    def mark_result(self) -> None:
+        """The agent printed its final result: from now on it only has ``linger`` left."""
+        if self._result_at is None:
+            self._result_at = time.monotonic()
+
+    def finish(self) -> ProcessOutcome:
+        """Wait for the main process, reap the group and report how the process ended.
+
+        A process that closed stdout but keeps running is waited for until the
+        timeout, or, once it printed its result, for ``linger`` at most.
+        """
+        proc = self._require()
+        if proc.poll() is None:
+            limit = self._deadline
+            if self._result_at is not None:
+                linger_end = self._result_at + self._limits.linger
+                limit = linger_end if limit is None else min(limit, linger_end)
+            try:
+                proc.wait(timeout=None if limit is None else max(0.0, limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                if self._result_at is None:
+                    self._kill()
+                    raise self._timeout_error() from None
+                self._stopped_by_us = True
+        self._reap()
+        exit_code = None if self._stopped_by_us else proc.returncode
+        with self._stderr_lock:
+            stderr = self._stderr.decode("utf-8", errors="replace")
+        return ProcessOutcome(
+            exit_code=exit_code,
+            stderr=stderr,
+            stdout_bytes=self._stdout_bytes,
+            duration_ms=int((time.monotonic() - self._started) * 1000),
+        )
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _require(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise RuntimeError("AgentProcess used outside its `with` block")
+        return self._proc
+
+    def _timeout_error(self) -> AgentTimeoutError:
+        return AgentTimeoutError(
+            f"{self._label} did not finish within {self._timeout:g} s; shep killed its "
+            "process group. Raise the timeout or split the task.",
+            agent=self._agent,
+        )
+
+    def _kill(self) -> None:
+        self._stopped_by_us = True
+        kill_group(self._require(), self._limits.kill_grace)
+
+    def _reap(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        # Kill the group even when the main process exited on its own: a child it left
+        # behind (holding our pipes, or just running) must not outlive the call.
+        kill_group(proc, self._limits.kill_grace)
+        for thread in self._threads:
+            thread.join(timeout=1.0)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def _pump_stdout(self, fd: int) -> None:
+        cap = self._limits.output_cap
+        pending = bytearray()
+        try:
+            while chunk := os.read(fd, _CHUNK):
+                self._stdout_bytes += len(chunk)
+                if self._stdout_bytes > cap:
+                    self._lines.put(_OVERFLOW)
+                    return
+                parts = chunk.split(b"\n")
+                if len(parts) == 1:
+                    pending += chunk
+                    continue
+                pending += parts[0]
+                self._lines.put(bytes(pending))
+                for line in parts[1:-1]:
+                    self._lines.put(line)
+                pending = bytearray(parts[-1])
+        except OSError:
+            pass
+        if pending:
+            self._lines.put(bytes(pending))
+        self._lines.put(_EOF)
+
+    def _pump_stderr(self, fd: int) -> None:
+        keep = self._limits.stderr_tail
+        try:
+            while chunk := os.read(fd, _CHUNK):
+                with self._stderr_lock:
+                    self._stderr += chunk
+                    if len(self._stderr) > keep:
+                        del self._stderr[: len(self._stderr) - keep]
+        except OSError:
+            pass
+
+    def _feed_stdin(self, pipe: object) -> None:
+        assert self._stdin is not None
+        with contextlib.suppress(OSError, ValueError):
+            pipe.write(self._stdin)  # type: ignore[attr-defined]
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()  # type: ignore[attr-defined]
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the process group of ``proc``; SIGKILL whatever is left after ``grace`` s."""
+    pgid = proc.pid  # start_new_session: the leader's pid is the group id
+    if not _signal_group(pgid, signal.SIGTERM):
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader so it stops counting as a member
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.02)
+    else:
+        _signal_group(pgid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any member of the group is still running (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return True
+    # An orphaned child that already exited stays a zombie until init reaps it; it
+    # still answers killpg(0) but there is nothing left to kill.
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False

@@ -1,0 +1,45 @@
+"""What shep knows about one agent CLI: its binary, how to install it, its token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shep.agents.model import AgentExecutor
+    from shep.agents.process import ProcessLimits
+
+__all__ = ["AgentSpec", "ExecutorFactory"]
+
+ExecutorFactory = Callable[..., "AgentExecutor"]
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent type, as registered in ``AGENT_SPECS``.
+
+    ``token_env`` lists the variables the token is put in (child environment only).
+    ``verified`` says whether shep's flags and parser were checked against the real
+    binary, and ``verified_version`` which version that was.
+    """
+
+    type: str
+    label: str
+    binary: str
+    install_hint: str
+    token_env: tuple[str, ...]
+    verified: bool
+    verified_version: str | None
+    executor: ExecutorFactory
+
+    def create(
+        self,
+        *,
+        token: str | None = None,
+        binary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: ProcessLimits | None = None,
+    ) -> AgentExecutor:
+        """A new executor for this agent type."""
+        return self.executor(self, token=token, binary=binary, env=env, limits=limits)
