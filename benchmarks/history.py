@@ -1,4 +1,4 @@
-"""Synthetic but realistic histories for benchmarks: written in large batches, straight to the store."""
+"""Synthetic, realistic histories for benchmarks, appended in large batches."""
 
 from __future__ import annotations
 
