@@ -124,7 +124,8 @@ def bench_appends(workdir: Path, n_single: int, n_batches: int, rounds: int) -> 
 
 def bench_rebuild(db: Path, rounds: int) -> dict[str, float]:
     """Full rebuild of every projection from the log (median of ``rounds``)."""
-    from projections.runner import open_database, rebuild
+    from projections.database import open_database
+    from projections.runner import rebuild
 
     conn = open_database(db)
     times = []

@@ -35,7 +35,9 @@ class MsgspecMapper(Mapper[UUID]):
             state = self.compressor.compress(state)
         if self.cipher:
             state = self.cipher.encrypt(state)
-        return StoredEvent(event.originator_id, event.originator_version, topic_of(type(event)), state)
+        return StoredEvent(
+            event.originator_id, event.originator_version, topic_of(type(event)), state
+        )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         state = stored_event.state

@@ -8,7 +8,6 @@ processes catch up at the same time or one is killed mid-batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import cast
 
 import apsw
@@ -18,20 +17,21 @@ from events.catalog import UnknownEventTopicError, decode_event
 from events.errors import StoreError
 from events.schema import (
     TRACKING_DDL,
-    connect,
     events_table_ddl,
     immediate_transaction,
     store_error,
 )
 from projections.base import Batch, Handler, Projection
+from projections.database import PROJECTION_NAMES, PROJECTION_TABLES, lag, positions
 from projections.decisions import DECISIONS
 from projections.inbox import INBOX
 from projections.logs import LOGS
 from projections.runs import RUNS
 
 PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS)
+assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES
+assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
 
-_REQUIRED_TABLES = ("stored_events", "tracking", *(t for p in PROJECTIONS for t in p.tables))
 _TRACK = (
     "INSERT INTO tracking VALUES (?, ?) ON CONFLICT (application_name) DO UPDATE "
     "SET notification_id = excluded.notification_id "
@@ -39,60 +39,14 @@ _TRACK = (
 )
 
 
-def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connection:
-    """Open shep.db for the read side; create missing tables unless read-only.
-
-    Projections can always be rebuilt, so their transactions run with
-    ``synchronous=NORMAL``: a power cut can only roll them back together
-    with their tracking position.
-    """
-    try:
-        conn = connect(path, synchronous="NORMAL", readonly=readonly)
-        if not readonly:
-            _ensure_tables(conn)
-    except apsw.Error as e:
-        raise store_error(e, path) from e
-    return conn
-
-
-def _ensure_tables(conn: apsw.Connection) -> None:
-    names = ",".join("?" * len(_REQUIRED_TABLES))
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ({names})",
-        _REQUIRED_TABLES,
-    ).fetchone() or (0,)
-    if count == len(_REQUIRED_TABLES):
-        return
+def create_tables(conn: apsw.Connection) -> None:
+    """Create the event tables and every projection's tables (idempotent)."""
     with immediate_transaction(conn):
         for statement in (*events_table_ddl("stored_events"), TRACKING_DDL):
             conn.execute(statement)
         for projection in PROJECTIONS:
             for statement in projection.ddl:
                 conn.execute(statement)
-
-
-def positions(conn: apsw.Connection) -> dict[str, int]:
-    """Each projection's tracked position (0 when it has seen nothing)."""
-    names = [p.name for p in PROJECTIONS]
-    found: dict[str, int] = dict(
-        conn.execute(  # type: ignore[arg-type]
-            f"SELECT application_name, notification_id FROM tracking "
-            f"WHERE application_name IN ({','.join('?' * len(names))})",
-            names,
-        ).fetchall()
-    )
-    return {name: int(found.get(name, 0)) for name in names}
-
-
-def head_position(conn: apsw.Connection) -> int:
-    """The newest event's position, 0 for an empty store."""
-    row = conn.execute("SELECT max(notification_id) FROM stored_events").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def lag(conn: apsw.Connection) -> int:
-    """How many events the slowest projection is behind the log."""
-    return head_position(conn) - min(positions(conn).values())
 
 
 def catch_up(conn: apsw.Connection, *, batch_size: int = 5000) -> int:

@@ -14,6 +14,7 @@ import apsw
 
 from events.errors import StoreUnavailableError
 from events.schema import ensure_home, home_from_env
+from projections.database import lag, open_database
 
 if TYPE_CHECKING:
     from events.store import EventStore
@@ -39,12 +40,11 @@ class Runtime:
     def read_db(self, *, catch_up: bool = True) -> apsw.Connection:
         """The database, with projections caught up to the log (when it can be written)."""
         if self._read is None:
-            from projections.runner import catch_up as run_catch_up
-            from projections.runner import open_database
-
             ensure_home(self.home)
             self._read = open_database(self.db_path)
-            if catch_up:
+            if catch_up and lag(self._read) > 0:
+                from projections.runner import catch_up as run_catch_up
+
                 run_catch_up(self._read)
         return self._read
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -20,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import msgspec
 
-from shep.agents.failures import output_error
+from shep.agents.failures import api_error, error_line, exit_error, output_error, session_not_found
 from shep.agents.model import (
     AgentEvent,
     AgentOptions,
@@ -144,6 +145,8 @@ class CliExecutor:
     """Base of the executors that drive an agent CLI as a subprocess."""
 
     features: ClassVar[frozenset[str]] = frozenset()
+    # What the CLI says when asked to resume a session it does not know.
+    session_missing: ClassVar[re.Pattern[str] | None] = None
     # AgentOptions fields this executor maps to flags; others are dropped with a
     # debug line. cwd and timeout are handled here for every executor.
     handled: ClassVar[frozenset[str]] = frozenset()
@@ -236,22 +239,55 @@ class CliExecutor:
                 outcome = process.finish()
             result = parser.finish(outcome)
         except AgentError as error:
-            raise self._redact(error) from error.__cause__
+            self._redact(error)
+            raise
         finally:
             scratch.remove()
         yield Completed(result=result)
 
-    def _redact(self, error: AgentError) -> AgentError:
-        """``error`` with the token (should an API echo it back) masked out."""
+    def _redact(self, error: AgentError) -> None:
+        """Mask the token out of ``error``, should an API have echoed it back."""
         token = self._token
         if not token or len(token) < 4:
-            return error
+            return
         error.args = tuple(
             arg.replace(token, "***") if isinstance(arg, str) else arg for arg in error.args
         )
         if isinstance(error, AgentExitError):
             error.stderr_tail = error.stderr_tail.replace(token, "***")
-        return error
+
+    def no_result_error(
+        self, outcome: ProcessOutcome, output: bytes, options: AgentOptions
+    ) -> AgentError:
+        """The error for a run that ended without a usable final result.
+
+        In order: an unknown session being resumed, an auth or rate-limit message on
+        stderr (or in stray stdout lines), a plain non-zero exit, then output problems.
+        """
+        spec = self.spec
+        said = "\n".join(
+            part for part in (outcome.stderr, output.decode("utf-8", "replace")) if part
+        )
+        if (
+            options.resume_session is not None
+            and self.session_missing is not None
+            and self.session_missing.search(said)
+        ):
+            return session_not_found(spec, options.resume_session, error_line(said))
+        if outcome.exit_code:
+            typed = api_error(spec, error_line(said))
+            if typed is not None:
+                return typed
+            return exit_error(
+                spec, outcome.exit_code, outcome.stderr or output.decode("utf-8", "replace")
+            )
+        if outcome.exit_code is None:
+            return output_error(
+                spec, "was stopped after it printed a result shep could not use", output
+            )
+        if not output.strip():
+            return output_error(spec, "exited without printing anything")
+        return output_error(spec, "exited without a final result; its output began", output)
 
     def check_argv_prompt(self, prompt: str) -> None:
         """Refuse a prompt too long to pass as one argv string (agents without stdin)."""
@@ -267,14 +303,3 @@ class CliExecutor:
 def _describe(args: list[str]) -> str:
     """argv for a debug line: long values (prompts, schemas) shortened."""
     return " ".join(a if len(a) <= 80 else a[:77] + "..." for a in args)
-
-
-def missing_result(spec: AgentSpec, outcome: ProcessOutcome, raw: bytes) -> AgentError:
-    """The error when a run ended without a recognizable result and no known error."""
-    from shep.agents.failures import exit_error
-
-    if outcome.exit_code:
-        return exit_error(spec, outcome.exit_code, outcome.stderr)
-    if not raw.strip():
-        return output_error(spec, "produced no output")
-    return output_error(spec, "ended without a final result; its output was", raw)

@@ -27,6 +27,7 @@ __all__ = [
     "agent_failure",
     "api_error",
     "clean",
+    "error_line",
     "exit_error",
     "output_error",
     "session_not_found",
@@ -61,6 +62,7 @@ _RATE_WORDS = re.compile(
     r"|resource has been exhausted|RESOURCE_EXHAUSTED",
     re.IGNORECASE,
 )
+_ERROR_LINE = re.compile(r"(\[?API Error|Error\b|error:|fatal\b)", re.IGNORECASE)
 _MESSAGE_LIMIT = 600
 
 
@@ -100,9 +102,7 @@ def api_error(spec: AgentSpec, message: str, *, status: int | None = None) -> Ag
             f"or log in to `{spec.binary}` again.",
             agent=spec.type,
         )
-    if code in RATE_LIMIT_STATUSES or (
-        (code is None or code >= 500) and _RATE_WORDS.search(text)
-    ):
+    if code in RATE_LIMIT_STATUSES or ((code is None or code >= 500) and _RATE_WORDS.search(text)):
         return AgentRateLimitError(
             f"{spec.label}'s API is rate limiting or overloaded{where}: {text}. "
             "Try again in a moment.",
@@ -138,10 +138,27 @@ def session_not_found(spec: AgentSpec, session_id: str | None, message: str) -> 
     )
 
 
+def error_line(text: str) -> str:
+    """The line of ``text`` that states the error: the last one that reads like an
+    error message (``Error: ...``, ``[API Error: ...]``), else the last non-empty one."""
+    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line):
+            return line
+    return lines[-1] if lines else ""
+
+
 def exit_error(spec: AgentSpec, exit_code: int, stderr: str) -> AgentExitError:
-    """A non-zero exit that no narrower error explains; keeps the stderr tail."""
-    tail = _ANSI.sub("", stderr)[-4000:]
-    return AgentExitError(exit_code, tail, agent=spec.type)
+    """A non-zero exit that no narrower error explains.
+
+    The tail is cut after the error line, so that a stack trace printed after it
+    does not become the message.
+    """
+    text = _ANSI.sub("", stderr)
+    line = error_line(text)
+    if line:
+        text = text[: text.rfind(line) + len(line)]
+    return AgentExitError(exit_code, text[-4000:], agent=spec.type)
 
 
 def output_error(spec: AgentSpec, problem: str, data: bytes | str = b"") -> AgentOutputError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
 from typing import Any
 
 import click
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=args, prog_name="shep", standalone_mode=False)
     except ShepError as e:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         click.echo(f"shep: {e}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
@@ -95,9 +94,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except Exception as e:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         click.echo(
             f"shep: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
             err=True,
         )
         sys.exit(INTERNAL_ERROR_EXIT)
+
+
+def _print_traceback() -> None:
+    import traceback
+
+    traceback.print_exc()

@@ -6,7 +6,7 @@ import click
 
 from events.audit import verify_chain
 from events.errors import ShepError
-from projections.runner import open_database
+from projections.database import open_database
 from shep.runtime import Runtime
 
 

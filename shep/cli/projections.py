@@ -6,7 +6,8 @@ import time
 
 import click
 
-from projections.runner import PROJECTIONS, open_database, rebuild
+from projections.database import open_database
+from projections.runner import PROJECTIONS, rebuild
 from shep.runtime import Runtime
 
 

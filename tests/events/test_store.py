@@ -73,9 +73,7 @@ def test_subscription_wakes_promptly_across_processes(db_path: Path) -> None:
 def test_concurrent_processes_never_lose_or_duplicate(db_path: Path) -> None:
     """Four processes appending at once: every event stored once, positions 1..N without gaps."""
     EventStore(db_path).close()
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), "50"]) for _ in range(4)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), "50"]) for _ in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     with EventStore(db_path) as store:
         ids = [n.id for n in store.recorder.select_notifications(start=1, limit=1000)]
@@ -86,13 +84,27 @@ def test_append_conflict_leaves_nothing_behind(store: EventStore) -> None:
     """A batch with one taken version is refused whole: no event of it is stored."""
     run_id = uuid4()
     now = utc_now()
-    first = RunCreated(originator_id=run_id, originator_version=1, timestamp=now, workflow="w",
-                       agent_type="demo", repo="/r", created_by="me")
+    first = RunCreated(
+        originator_id=run_id,
+        originator_version=1,
+        timestamp=now,
+        workflow="w",
+        agent_type="demo",
+        repo="/r",
+        created_by="me",
+    )
     store.append([first])
     other = uuid4()
     batch = [
-        RunCreated(originator_id=other, originator_version=1, timestamp=now, workflow="w",
-                   agent_type="demo", repo="/r", created_by="me"),
+        RunCreated(
+            originator_id=other,
+            originator_version=1,
+            timestamp=now,
+            workflow="w",
+            agent_type="demo",
+            repo="/r",
+            created_by="me",
+        ),
         first,
     ]
     with pytest.raises(ConcurrencyError):
@@ -103,8 +115,17 @@ def test_append_conflict_leaves_nothing_behind(store: EventStore) -> None:
 
 def test_events_round_trip_typed(store: EventStore) -> None:
     """Events come back as the same typed Structs, UUIDs and datetimes included."""
-    event = RunCreated(originator_id=uuid4(), originator_version=1, timestamp=utc_now(),
-                       workflow="w", agent_type="demo", repo="/r", created_by="me",
-                       inputs={"k": "v"}, node_names=["a", "b"], origin_run_id=uuid4())
+    event = RunCreated(
+        originator_id=uuid4(),
+        originator_version=1,
+        timestamp=utc_now(),
+        workflow="w",
+        agent_type="demo",
+        repo="/r",
+        created_by="me",
+        inputs={"k": "v"},
+        node_names=["a", "b"],
+        origin_run_id=uuid4(),
+    )
     store.append([event])
     assert store.load(event.originator_id) == [event]

@@ -30,12 +30,14 @@ def llm() -> Iterator[FakeLLM]:
         yield server
 
 
-def post(llm: FakeLLM, path: str, body: dict[str, Any],
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+def post(
+    llm: FakeLLM, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], str]:
     conn = http.client.HTTPConnection("127.0.0.1", llm.port, timeout=5)
     try:
-        conn.request("POST", path, json.dumps(body),
-                     {"content-type": "application/json", **(headers or {})})
+        conn.request(
+            "POST", path, json.dumps(body), {"content-type": "application/json", **(headers or {})}
+        )
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read().decode()
     finally:
@@ -60,8 +62,9 @@ def sse_events(text: str) -> list[tuple[str | None, Any]]:
 def test_anthropic_stream_has_the_message_event_sequence(llm: FakeLLM) -> None:
     """A streamed text reply is message_start, one text block of deltas, message_delta, stop."""
     llm.enqueue_text("Scripted hello.")
-    status, headers, body = post(llm, ANTHROPIC, {"model": "m", "stream": True,
-                                                   "messages": [], "tools": [{}]})
+    status, headers, body = post(
+        llm, ANTHROPIC, {"model": "m", "stream": True, "messages": [], "tools": [{}]}
+    )
     events = sse_events(body)
     names = [name for name, _ in events]
     assert status == 200
@@ -80,10 +83,16 @@ def test_anthropic_tool_call_is_a_tool_use_block(llm: FakeLLM) -> None:
     llm.enqueue_tool_call("Write", {"file_path": "/w/a.txt", "content": "hi\n"}, text="Sure.")
     _, _, body = post(llm, ANTHROPIC, {"stream": True, "messages": [], "tools": [{}]})
     events = sse_events(body)
-    start = next(d for n, d in events
-                 if n == "content_block_start" and d["content_block"]["type"] == "tool_use")
-    partial = "".join(d["delta"]["partial_json"] for n, d in events
-                      if n == "content_block_delta" and d["index"] == start["index"])
+    start = next(
+        d
+        for n, d in events
+        if n == "content_block_start" and d["content_block"]["type"] == "tool_use"
+    )
+    partial = "".join(
+        d["delta"]["partial_json"]
+        for n, d in events
+        if n == "content_block_delta" and d["index"] == start["index"]
+    )
     assert start["index"] == 1
     assert start["content_block"]["name"] == "Write"
     assert start["content_block"]["id"].startswith("toolu_")
@@ -104,14 +113,18 @@ def test_anthropic_without_stream_answers_json(llm: FakeLLM) -> None:
 def test_opencode_title_call_is_aux_and_leaves_the_script_alone(llm: FakeLLM) -> None:
     """A tool-less title-generator call gets a title; the scripted reply waits for the real turn."""
     llm.enqueue_text("The real answer.")
-    title_body = {"stream": True, "messages": [],
-                  "system": [{"type": "text", "text": "You are a title generator."}]}
+    title_body = {
+        "stream": True,
+        "messages": [],
+        "system": [{"type": "text", "text": "You are a title generator."}],
+    }
     _, _, title = post(llm, ANTHROPIC, title_body)
     _, _, answer = post(llm, ANTHROPIC, {"stream": True, "messages": [], "tools": [{}]})
 
     def text(body: str) -> str:
-        return "".join(d["delta"].get("text", "") for n, d in sse_events(body)
-                       if n == "content_block_delta")
+        return "".join(
+            d["delta"].get("text", "") for n, d in sse_events(body) if n == "content_block_delta"
+        )
 
     assert text(title) == "Fake session title"
     assert text(answer) == "The real answer."
@@ -143,8 +156,9 @@ def test_responses_stream_ends_with_completed_and_usage(llm: FakeLLM) -> None:
     assert text == "Scripted hello."
     done = events[-1][1]["response"]
     assert done["status"] == "completed"
-    assert done["usage"]["total_tokens"] == (done["usage"]["input_tokens"]
-                                             + done["usage"]["output_tokens"])
+    assert done["usage"]["total_tokens"] == (
+        done["usage"]["input_tokens"] + done["usage"]["output_tokens"]
+    )
     assert done["output"][0]["content"][0]["text"] == "Scripted hello."
 
 
@@ -170,8 +184,9 @@ def test_responses_function_and_custom_tool_calls(llm: FakeLLM) -> None:
 def test_chat_stream_chunks_end_with_done_and_usage_when_asked(llm: FakeLLM) -> None:
     """Content deltas, a finish_reason chunk, a usage chunk (include_usage), then [DONE]."""
     llm.enqueue_text("Scripted hello.")
-    _, _, body = post(llm, CHAT, {"stream": True, "messages": [],
-                                  "stream_options": {"include_usage": True}})
+    _, _, body = post(
+        llm, CHAT, {"stream": True, "messages": [], "stream_options": {"include_usage": True}}
+    )
     events = [data for _, data in sse_events(body)]
     assert events[-1] == "[DONE]"
     usage = events[-2]
@@ -179,8 +194,7 @@ def test_chat_stream_chunks_end_with_done_and_usage_when_asked(llm: FakeLLM) -> 
     assert usage["usage"]["total_tokens"] > 0
     chunks = events[:-2]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
-        "Scripted hello."
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "Scripted hello."
 
 
 def test_chat_tool_call_streams_as_tool_calls_deltas(llm: FakeLLM) -> None:
@@ -188,8 +202,11 @@ def test_chat_tool_call_streams_as_tool_calls_deltas(llm: FakeLLM) -> None:
     llm.enqueue_tool_call("write_file", {"file_path": "/w/a", "content": "x"})
     _, _, body = post(llm, CHAT, {"stream": True, "messages": []})
     chunks = [d for _, d in sse_events(body) if d != "[DONE]"]
-    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks
-             if "tool_calls" in c["choices"][0]["delta"]]
+    calls = [
+        c["choices"][0]["delta"]["tool_calls"][0]
+        for c in chunks
+        if "tool_calls" in c["choices"][0]["delta"]
+    ]
     assert calls[0]["function"]["name"] == "write_file"
     assert calls[0]["id"].startswith("call_")
     arguments = "".join(c["function"]["arguments"] for c in calls)
@@ -202,11 +219,18 @@ def test_chat_without_stream_and_json_schema_aux(llm: FakeLLM) -> None:
     """Non-streaming gives a chat.completion; a response_format call is aux and fits its schema."""
     llm.enqueue_text("Scripted.")
     schema = {"type": "object", "properties": {"next_speaker": {"enum": ["model", "user"]}}}
-    _, _, aux = post(llm, CHAT, {"messages": [], "response_format": {
-        "type": "json_schema", "json_schema": {"schema": schema}}})
+    _, _, aux = post(
+        llm,
+        CHAT,
+        {
+            "messages": [],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}},
+        },
+    )
     _, _, plain = post(llm, CHAT, {"messages": []})
-    assert json.loads(json.loads(aux)["choices"][0]["message"]["content"]) == \
-        {"next_speaker": "user"}
+    assert json.loads(json.loads(aux)["choices"][0]["message"]["content"]) == {
+        "next_speaker": "user"
+    }
     assert json.loads(plain)["choices"][0]["message"]["content"] == "Scripted."
 
 
@@ -221,8 +245,9 @@ def test_gemini_stream_text_then_function_call(llm: FakeLLM) -> None:
     parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
     assert headers["content-type"] == "text/event-stream"
     assert "".join(p.get("text", "") for p in parts) == "On it."
-    assert parts[-1] == {"functionCall": {"name": "write_file",
-                                          "args": {"file_path": "/w/a", "content": "x"}}}
+    assert parts[-1] == {
+        "functionCall": {"name": "write_file", "args": {"file_path": "/w/a", "content": "x"}}
+    }
     assert chunks[-1]["candidates"][0]["finishReason"] == "STOP"
     assert all("finishReason" not in c["candidates"][0] for c in chunks[:-1])
     assert chunks[-1]["usageMetadata"]["totalTokenCount"] > 0
@@ -231,9 +256,15 @@ def test_gemini_stream_text_then_function_call(llm: FakeLLM) -> None:
 
 def test_gemini_generate_content_json_schema_and_count_tokens(llm: FakeLLM) -> None:
     """generateContent with a JSON schema is aux; countTokens answers totalTokens."""
-    config = {"responseJsonSchema": {"type": "object", "properties": {
-        "reasoning": {"type": "string"}, "next_speaker": {"type": "string",
-                                                           "enum": ["user", "model"]}}}}
+    config = {
+        "responseJsonSchema": {
+            "type": "object",
+            "properties": {
+                "reasoning": {"type": "string"},
+                "next_speaker": {"type": "string", "enum": ["user", "model"]},
+            },
+        }
+    }
     _, _, aux = post(llm, GEMINI, {"contents": [], "generationConfig": config})
     _, _, count = post(llm, "/v1beta/models/gemini-2.5-pro:countTokens", {"contents": []})
     text = json.loads(aux)["candidates"][0]["content"]["parts"][0]["text"]
@@ -245,18 +276,23 @@ def test_gemini_generate_content_json_schema_and_count_tokens(llm: FakeLLM) -> N
 # --- errors, script, records -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "status", "check"), [
-    (ANTHROPIC, 401, lambda b: b["error"]["type"] == "authentication_error"),
-    (ANTHROPIC, 529, lambda b: b["error"] == {"type": "overloaded_error",
-                                              "message": "Overloaded"}),
-    (RESPONSES, 401, lambda b: b["error"]["code"] == "invalid_api_key"),
-    (CHAT, 429, lambda b: b["error"]["code"] == "rate_limit_exceeded"),
-    (CHAT, 500, lambda b: b["error"]["message"] == "fake error 500"),
-    (GEMINI_STREAM, 401, lambda b: b["error"]["status"] == "UNAUTHENTICATED"),
-    (GEMINI_STREAM, 429, lambda b: b["error"]["code"] == 429),
-])
-def test_errors_use_each_apis_own_shape(llm: FakeLLM, path: str, status: int,
-                                        check: Any) -> None:
+@pytest.mark.parametrize(
+    ("path", "status", "check"),
+    [
+        (ANTHROPIC, 401, lambda b: b["error"]["type"] == "authentication_error"),
+        (
+            ANTHROPIC,
+            529,
+            lambda b: b["error"] == {"type": "overloaded_error", "message": "Overloaded"},
+        ),
+        (RESPONSES, 401, lambda b: b["error"]["code"] == "invalid_api_key"),
+        (CHAT, 429, lambda b: b["error"]["code"] == "rate_limit_exceeded"),
+        (CHAT, 500, lambda b: b["error"]["message"] == "fake error 500"),
+        (GEMINI_STREAM, 401, lambda b: b["error"]["status"] == "UNAUTHENTICATED"),
+        (GEMINI_STREAM, 429, lambda b: b["error"]["code"] == 429),
+    ],
+)
+def test_errors_use_each_apis_own_shape(llm: FakeLLM, path: str, status: int, check: Any) -> None:
     """An enqueued error answers with that status, the API's error JSON, and x-should-retry."""
     llm.enqueue_error(status)
     got, headers, body = post(llm, path, {"stream": True, "messages": [], "tools": [{}]})
@@ -295,8 +331,12 @@ def test_api_key_is_enforced_and_recorded_from_every_header_style(llm: FakeLLM) 
 
 def test_requests_are_recorded_with_headers_and_body(llm: FakeLLM) -> None:
     """Each request keeps its path, query, lower-case headers and parsed JSON body."""
-    post(llm, ANTHROPIC, {"messages": [{"role": "user", "content": "Remember BANANA"}]},
-         {"X-Claude-Code-Session-Id": "abc"})
+    post(
+        llm,
+        ANTHROPIC,
+        {"messages": [{"role": "user", "content": "Remember BANANA"}]},
+        {"X-Claude-Code-Session-Id": "abc"},
+    )
     (record,) = llm.wait_for_requests(1)
     assert record.path == "/v1/messages"
     assert record.query == {"beta": "true"}
@@ -361,16 +401,29 @@ def test_chunk_text_splits_at_word_boundaries() -> None:
 
 def test_fill_schema_builds_a_matching_value() -> None:
     """Objects, Gemini's upper-case types, enums preferring "user", and nullable types."""
-    schema = {"type": "OBJECT", "properties": {
-        "a": {"type": "STRING"}, "b": {"type": ["null", "integer"]},
-        "c": {"type": "array"}, "d": {"enum": ["model", "user"]}, "e": {"type": "boolean"}}}
+    schema = {
+        "type": "OBJECT",
+        "properties": {
+            "a": {"type": "STRING"},
+            "b": {"type": ["null", "integer"]},
+            "c": {"type": "array"},
+            "d": {"enum": ["model", "user"]},
+            "e": {"type": "boolean"},
+        },
+    }
     assert fill_schema(schema) == {"a": "fake", "b": 0, "c": [], "d": "user", "e": False}
 
 
 def test_load_script_queues_texts_tools_and_errors(llm: FakeLLM) -> None:
     """The ``--script`` file format maps onto enqueue_text / _tool_call / _error."""
-    load_script(llm, [{"error": 529, "times": 2}, {"tool_call": {"name": "Write",
-                      "arguments": {"file_path": "/x"}}, "text": "ok"}, {"text": "bye"}])
+    load_script(
+        llm,
+        [
+            {"error": 529, "times": 2},
+            {"tool_call": {"name": "Write", "arguments": {"file_path": "/x"}}, "text": "ok"},
+            {"text": "bye"},
+        ],
+    )
     statuses = [post(llm, CHAT, {"messages": []})[0] for _ in range(2)]
     tool = json.loads(post(llm, CHAT, {"messages": []})[2])
     bye = json.loads(post(llm, CHAT, {"messages": []})[2])
@@ -382,8 +435,12 @@ def test_load_script_queues_texts_tools_and_errors(llm: FakeLLM) -> None:
 def test_module_runs_as_a_server_from_the_command_line() -> None:
     """``python -m tests.fakellm`` prints its URL and answers until it is stopped."""
     root = Path(__file__).resolve().parents[2]
-    with subprocess.Popen([sys.executable, "-m", "tests.fakellm", "--quiet"], cwd=root,
-                          stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "tests.fakellm", "--quiet"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline()

@@ -25,9 +25,20 @@ pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(180)]
 # The CLIs that report a session id and resume it by id (samples README).
 RESUMABLE = {"claude-code", "codex", "gemini-cli", "qwen-code", "opencode"}
 # Inherited variables that would send the CLIs elsewhere (qwen proxies even loopback).
-_FOREIGN_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-                "all_proxy", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY",
-                "GOOGLE_API_KEY", "CODEX_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+_FOREIGN_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "CODEX_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+)
 
 
 @pytest.fixture
@@ -56,8 +67,9 @@ def _processes_in(cwd: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_execute_returns_the_scripted_text_and_session(agent: str, cli: CliSetup,
-                                                       executor: Any, fake_llm: FakeLLM) -> None:
+def test_execute_returns_the_scripted_text_and_session(
+    agent: str, cli: CliSetup, executor: Any, fake_llm: FakeLLM
+) -> None:
     """execute() returns the scripted text, a session id where the CLI has one, our token sent."""
     fake_llm.enqueue_text(FIRST)
 
@@ -73,8 +85,9 @@ def test_execute_returns_the_scripted_text_and_session(agent: str, cli: CliSetup
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_stream_yields_text_deltas_then_completed(agent: str, cli: CliSetup, executor: Any,
-                                                  fake_llm: FakeLLM) -> None:
+def test_stream_yields_text_deltas_then_completed(
+    agent: str, cli: CliSetup, executor: Any, fake_llm: FakeLLM
+) -> None:
     """stream() yields TextDelta(s) spelling the answer and ends with Completed."""
     fake_llm.enqueue_text(FIRST)
 
@@ -92,8 +105,9 @@ def test_stream_yields_text_deltas_then_completed(agent: str, cli: CliSetup, exe
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_resume_continues_the_same_session(agent: str, cli: CliSetup, executor: Any,
-                                           fake_llm: FakeLLM) -> None:
+def test_resume_continues_the_same_session(
+    agent: str, cli: CliSetup, executor: Any, fake_llm: FakeLLM
+) -> None:
     """Resuming the returned session id replays the earlier turn to the model."""
     if agent not in RESUMABLE and not executor.supports("session-resume"):
         pytest.skip(f"{agent}: no resume by session id (the executor says so, as the README)")
@@ -112,8 +126,9 @@ def test_resume_continues_the_same_session(agent: str, cli: CliSetup, executor: 
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_401_raises_agent_auth_error(agent: str, cli: CliSetup, executor: Any,
-                                     fake_llm: FakeLLM) -> None:
+def test_401_raises_agent_auth_error(
+    agent: str, cli: CliSetup, executor: Any, fake_llm: FakeLLM
+) -> None:
     """A 401 from the API raises AgentAuthError from execute() and stream(), token redacted."""
     fake_llm.enqueue_error(401, times=None)
 
@@ -127,8 +142,9 @@ def test_401_raises_agent_auth_error(agent: str, cli: CliSetup, executor: Any,
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_timeout_raises_and_kills_the_whole_agent(agent: str, cli: CliSetup, executor: Any,
-                                                  fake_llm: FakeLLM) -> None:
+def test_timeout_raises_and_kills_the_whole_agent(
+    agent: str, cli: CliSetup, executor: Any, fake_llm: FakeLLM
+) -> None:
     """A model that never answers in time gives AgentTimeoutError; no process is left behind."""
     fake_llm.enqueue_text("too late", delay=120)
 

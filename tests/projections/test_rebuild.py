@@ -9,7 +9,8 @@ import apsw
 import pytest
 
 from events.store import EventStore
-from projections.runner import PROJECTIONS, catch_up, lag, open_database, rebuild
+from projections.database import lag, open_database
+from projections.runner import PROJECTIONS, catch_up, rebuild
 from tests.histories import random_decisions, random_run
 
 

@@ -1,0 +1,69 @@
+"""Opening shep.db for reading, and how far the projections are behind the log.
+
+Kept free of the event catalog and projection modules so that a reader whose
+projections are current (the usual ``shep status``) imports nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+
+from events.schema import connect, store_error
+
+#: Names of the projections (their tracking keys) and the tables they own.
+PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions")
+PROJECTION_TABLES = ("runs", "nodes", "logs", "inbox", "decision_subjects", "decisions")
+_REQUIRED_TABLES = ("stored_events", "tracking", *PROJECTION_TABLES)
+
+
+def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connection:
+    """Open shep.db for the read side; create missing tables unless read-only.
+
+    Projections can always be rebuilt, so their transactions run with
+    ``synchronous=NORMAL``: a power cut can only roll them back together
+    with their tracking position.
+    """
+    try:
+        conn = connect(path, synchronous="NORMAL", readonly=readonly)
+        if not readonly and not _has_tables(conn):
+            from projections.runner import create_tables
+
+            create_tables(conn)
+    except apsw.Error as e:
+        raise store_error(e, path) from e
+    return conn
+
+
+def _has_tables(conn: apsw.Connection) -> bool:
+    names = ",".join("?" * len(_REQUIRED_TABLES))
+    row = conn.execute(
+        f"SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ({names})",
+        _REQUIRED_TABLES,
+    ).fetchone()
+    return row is not None and row[0] == len(_REQUIRED_TABLES)
+
+
+def positions(conn: apsw.Connection) -> dict[str, int]:
+    """Each projection's tracked position (0 when it has seen nothing)."""
+    found = {
+        str(name): int(position)
+        for name, position in conn.execute(
+            f"SELECT application_name, notification_id FROM tracking "
+            f"WHERE application_name IN ({','.join('?' * len(PROJECTION_NAMES))})",
+            PROJECTION_NAMES,
+        )
+    }
+    return {name: found.get(name, 0) for name in PROJECTION_NAMES}
+
+
+def head_position(conn: apsw.Connection) -> int:
+    """The newest event's position, 0 for an empty store."""
+    row = conn.execute("SELECT max(notification_id) FROM stored_events").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def lag(conn: apsw.Connection) -> int:
+    """How many events the slowest projection is behind the log."""
+    return head_position(conn) - min(positions(conn).values())
