@@ -120,12 +120,20 @@ def tool_output(content: Any) -> str:
 class MessageStreamParser(OutputParser):
     """Claude-style message objects, fed one by one (stream lines or a JSON array).
 
-    Subclasses adjust ``check_result`` (agent-specific error conventions) and
-    ``other`` (line types only they print).
+    ``answer_error`` matches an answer that is really an error report (Qwen Code
+    answers ``[API Error: ...]`` with exit code 0); its first group is the message.
+    Subclasses handle object types only their CLI prints in ``other``.
     """
 
-    def __init__(self, executor: CliExecutor, options: AgentOptions) -> None:
+    def __init__(
+        self,
+        executor: CliExecutor,
+        options: AgentOptions,
+        *,
+        answer_error: re.Pattern[str] | None = None,
+    ) -> None:
         self.executor = executor
+        self.answer_error = answer_error
         self.spec: AgentSpec = executor.spec
         self.options = options
         self.result: ResultLine | None = None
@@ -261,6 +269,9 @@ class MessageStreamParser(OutputParser):
 
     def check_result(self, result: ResultLine, outcome: ProcessOutcome) -> None:
         """Raise if the result object reports a failure."""
+        match = self.answer_error.match(result.result) if self.answer_error else None
+        if match:
+            raise agent_failure(self.spec, match.group(1), exit_code=outcome.exit_code)
         if result.is_error or result.api_error_status is not None:
             raise agent_failure(
                 self.spec,

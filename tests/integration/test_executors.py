@@ -19,6 +19,8 @@ from tests.integration.clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
 
 agents = pytest.importorskip("shep.agents", reason="shep.agents (the executor layer) is missing")
 errors = pytest.importorskip("shep.errors")
+if not hasattr(agents, "create_executor"):  # a namespace package while it is being written
+    pytest.skip("shep.agents.create_executor does not exist yet", allow_module_level=True)
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(180)]
 

@@ -1,0 +1,134 @@
+"""Generate docs/cli.md from ``--help`` and docs/events.md from the event catalog.
+
+python -m shep.docgen          # rewrite both files
+python -m shep.docgen --check  # exit 1 if either is stale (CI runs this via the tests)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import msgspec
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _walk(
+    command: click.Command, path: list[str], ctx: click.Context
+) -> Iterator[tuple[list[str], click.Command, click.Context]]:
+    yield path, command, ctx
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                sub_ctx = click.Context(sub, info_name=name, parent=ctx)
+                yield from _walk(sub, [*path, name], sub_ctx)
+
+
+def command_paths() -> list[str]:
+    """Every command, as the words a user types after ``shep``."""
+    from shep.cli import cli
+
+    root = click.Context(cli, info_name="shep")
+    return [" ".join(p) for p, _, _ in _walk(cli, [], root) if p]
+
+
+def cli_reference() -> str:
+    """Markdown with the ``--help`` of every command."""
+    from shep.cli import cli
+
+    root = click.Context(cli, info_name="shep", terminal_width=100, max_content_width=100)
+    parts = [
+        "# CLI reference",
+        "",
+        "Generated from `--help` by `python -m shep.docgen`; do not edit by hand.",
+        "",
+    ]
+    for path, command, ctx in _walk(cli, [], root):
+        ctx.terminal_width = ctx.max_content_width = 100
+        title = " ".join(["shep", *path])
+        parts += [f"## `{title}`", "", "```text", command.get_help(ctx).rstrip(), "```", ""]
+    return "\n".join(parts)
+
+
+def _type_name(annotation: object) -> str:
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return text or str(annotation).replace("typing.", "").replace("uuid.", "").replace(
+        "datetime.", ""
+    )
+
+
+def event_catalog() -> str:
+    """Markdown listing every event, by stream kind, with its fields and types."""
+    from events.catalog import EVENT_CLASSES
+
+    parts = [
+        "# Event catalog",
+        "",
+        "Generated from the code by `python -m shep.docgen`; do not edit by hand.",
+        "",
+        "Every event also carries `originator_id` (the stream, a UUID), `originator_version`",
+        "(its position in the stream, from 1) and `timestamp` (UTC). Stored events carry",
+        "their global position and `chain_hash = H(previous hash, event)` as well.",
+        "",
+    ]
+    current_module = ""
+    for topic, cls in EVENT_CLASSES.items():
+        module = topic.split(":")[0]
+        if module != current_module:
+            current_module = module
+            doc = (sys.modules[module].__doc__ or "").strip().splitlines()[0]
+            parts += [f"## `{module}`", "", doc, ""]
+        parts += [
+            f"### {cls.__name__}",
+            "",
+            (cls.__doc__ or "").strip(),
+            "",
+            f"Topic: `{topic}`",
+            "",
+        ]
+        fields = [
+            f
+            for f in msgspec.structs.fields(cls)
+            if f.name not in ("originator_id", "originator_version", "timestamp")
+        ]
+        if fields:
+            parts += ["| field | type | default |", "|---|---|---|"]
+            for f in fields:
+                if f.required:
+                    default = "required"
+                elif f.default is not msgspec.NODEFAULT:
+                    default = f"`{f.default!r}`"
+                else:
+                    default = f"`{f.default_factory()!r}`"
+                type_name = _type_name(f.type).replace("|", "\\|")
+                parts.append(f"| `{f.name}` | `{type_name}` | {default} |")
+            parts.append("")
+    return "\n".join(parts)
+
+
+GENERATED = {"cli.md": cli_reference, "events.md": event_catalog}
+
+
+def main(argv: list[str] | None = None) -> int:
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    stale = []
+    for name, render in GENERATED.items():
+        path = DOCS / name
+        text = render()
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale docs: {', '.join(stale)}; run `python -m shep.docgen`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
