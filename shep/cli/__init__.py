@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "logs": "shep.cli.logs:logs",
     "projections": "shep.cli.projections:projections",
     "audit": "shep.cli.audit:audit",
+    "settings": "shep.cli.settings:settings",
 }
 
 INTERNAL_ERROR_EXIT = 70

@@ -1,0 +1,209 @@
+"""``shep settings``: choose the agent shep drives, and plain settings."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import msgspec
+
+from shep.errors import SettingsError
+from shep.runtime import Runtime
+
+
+@click.group()
+def settings() -> None:
+    """Configure the agent CLI shep drives, and other settings."""
+
+
+@dataclass
+class AgentChoice:
+    agent_type: str
+    auth_method: str
+    token: str | None
+    model: str | None
+
+
+def _specs() -> dict[str, Any]:
+    from shep.agents import AGENT_SPECS
+
+    return dict(AGENT_SPECS)
+
+
+@settings.command("agent")
+@click.option(
+    "--agent", "agent_type", metavar="TYPE", help="Agent type (see `shep settings show`)."
+)
+@click.option(
+    "--auth",
+    "auth_method",
+    type=click.Choice(["session", "token"]),
+    help="session: the agent CLI's own login; token: an API key shep passes in its environment.",
+)
+@click.option("--token-stdin", is_flag=True, help="Read the API token from standard input.")
+@click.option("--model", help="The agent's default model (`shep run --model` overrides it).")
+@click.option("--binary", type=click.Path(dir_okay=False), help="Path of the agent's executable.")
+@click.pass_obj
+def agent(
+    runtime: Runtime,
+    agent_type: str | None,
+    auth_method: str | None,
+    token_stdin: bool,
+    model: str | None,
+    binary: str | None,
+) -> None:
+    """Choose the agent CLI shep drives, check it is installed, and store its token apart.
+
+    With no options on a terminal, a short wizard asks. The token is never an
+    option: type it in the wizard (hidden) or pipe it with --token-stdin. It is
+    kept in $SHEP_HOME/secrets (mode 0600), never in the event log.
+    """
+    from commands.configure_agent import configure_agent
+    from shep.agents import probe_version
+    from shep.identity import current_actor
+    from shep.secrets import save_token
+
+    specs = _specs()
+    if agent_type is None and auth_method is None and not token_stdin and model is None:
+        if not sys.stdin.isatty():
+            raise SettingsError("No terminal for the wizard: pass --agent TYPE (and --auth).")
+        choice = run_wizard(specs)
+    else:
+        if agent_type is None:
+            raise SettingsError("Pass --agent TYPE. Known: " + ", ".join(sorted(specs)) + ".")
+        token = _read_token_stdin() if token_stdin else None
+        method = auth_method or ("token" if token else "session")
+        choice = AgentChoice(agent_type, method, token, model)
+    if choice.agent_type not in specs:
+        raise SettingsError(
+            f"Unknown agent type {choice.agent_type!r}. Known: {', '.join(sorted(specs))}."
+        )
+    if choice.auth_method == "token" and not choice.token:
+        raise SettingsError("--auth token needs a token: pipe it with --token-stdin.")
+    if choice.auth_method == "session" and choice.token:
+        raise SettingsError("A token was given with --auth session; use --auth token.")
+    version = probe_version(choice.agent_type, binary)
+    store = runtime.store()
+    save_token(runtime.home, choice.agent_type, choice.token)
+    configure_agent(
+        store,
+        agent_type=choice.agent_type,
+        auth_method=choice.auth_method,
+        configured_by=current_actor(),
+        model=choice.model,
+        binary=binary,
+        binary_version=version,
+        token_configured=choice.token is not None,
+    )
+    model_text = choice.model or "the agent's default"
+    click.echo(
+        f"Configured {choice.agent_type} {version} (auth: {choice.auth_method}, "
+        f"model: {model_text})."
+    )
+
+
+def _read_token_stdin() -> str:
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise SettingsError("--token-stdin read an empty token.")
+    return token
+
+
+def run_wizard(
+    specs: dict[str, Any],
+    *,
+    input: Any = None,
+    output: Any = None,
+) -> AgentChoice:
+    """Ask for agent type, auth method, token (hidden) and model; prompt-toolkit drives it.
+
+    ``input``/``output`` let tests drive it through prompt-toolkit's pipe input.
+    """
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import WordCompleter
+    from prompt_toolkit.validation import Validator
+
+    session: PromptSession[str] = PromptSession(input=input, output=output)
+    lines = ["Agent CLIs:"]
+    for name, spec in sorted(specs.items()):
+        mark = "installed" if shutil.which(spec.binary) else "not installed"
+        lines.append(f"  {name:<12} {spec.label} ({mark})")
+    session.app.output.write(("\n".join(lines) + "\n").replace("\x1b", "?"))
+    agent_type = session.prompt(
+        "Agent type: ",
+        completer=WordCompleter(sorted(specs)),
+        validator=Validator.from_callable(
+            lambda text: text.strip() in specs,
+            error_message="Choose one of the agent types above.",
+            move_cursor_to_end=True,
+        ),
+    ).strip()
+    auth_method = (
+        session.prompt(
+            "Auth method (session = the CLI's own login, token = API key) [session]: ",
+            validator=Validator.from_callable(
+                lambda text: text.strip() in ("", "session", "token"),
+                error_message="Type session or token.",
+                move_cursor_to_end=True,
+            ),
+        ).strip()
+        or "session"
+    )
+    token = None
+    if auth_method == "token":
+        token = session.prompt(
+            "API token (hidden): ",
+            is_password=True,
+            validator=Validator.from_callable(
+                lambda text: bool(text.strip()),
+                error_message="The token cannot be empty.",
+                move_cursor_to_end=True,
+            ),
+        ).strip()
+    model = session.prompt("Default model (empty: the agent's default): ").strip() or None
+    return AgentChoice(agent_type, auth_method, token, model)
+
+
+@settings.command("set")
+@click.argument("key")
+@click.argument("value")
+@click.pass_obj
+def set_command(runtime: Runtime, key: str, value: str) -> None:
+    """Change a plain setting: heartbeat_interval, agent_timeout, orphan_after (seconds)."""
+    from commands.configure_agent import change_setting
+    from shep.identity import current_actor
+    from shep.settings import parse_setting
+
+    parsed = parse_setting(key, value)
+    change_setting(runtime.store(), key=key, value=str(parsed), changed_by=current_actor())
+    click.echo(f"{key} = {parsed:g}")
+
+
+@settings.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show(runtime: Runtime, as_json: bool) -> None:
+    """Show the configured agent and settings. The token is masked."""
+    from shep.settings import load_settings
+
+    current = load_settings(runtime.store())
+    data = {
+        "agent_type": current.agent_type,
+        "auth_method": current.auth_method,
+        "model": current.model,
+        "binary": current.binary,
+        "binary_version": current.binary_version,
+        "token": "********" if current.token_configured else None,
+        **current.values,
+    }
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(data).decode(), indent=2))
+        return
+    if current.agent_type is None:
+        click.echo("agent: not configured (run `shep settings agent`)")
+    for key, value in data.items():
+        if value is not None:
+            click.echo(f"{key}: {value:g}" if isinstance(value, float) else f"{key}: {value}")
