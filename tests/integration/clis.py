@@ -276,17 +276,20 @@ models:
     provider: openai
     model: fake-model
     apiBase: "{base}/v1"
-    apiKey: "${{{{ secrets.OPENAI_API_KEY }}}}"
+    apiKey: "${{{{ secrets.CONTINUE_API_KEY }}}}"
     roles: [chat, edit, apply]
     capabilities: [tool_use]
 """,
     )
+    # cn resolves ``secrets.X`` from the environment, and shep puts its token in
+    # CONTINUE_API_KEY; SHEP_CONTINUE_CONFIG is how shep's executor is given --config.
     env = {
         "CONTINUE_GLOBAL_DIR": str(global_dir),
         "CONTINUE_CLI_ENABLE_TELEMETRY": "0",
         "CONTINUE_METRICS_ENABLED": "0",
+        "SHEP_CONTINUE_CONFIG": str(config),
     }
-    return env, "OPENAI_API_KEY", config
+    return env, "CONTINUE_API_KEY", config
 
 
 def _aider(home: Path, cwd: Path, base: str) -> tuple[dict[str, str], str, Path | None]:
