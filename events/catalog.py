@@ -12,10 +12,10 @@ from typing import Any
 
 import msgspec
 
-from events import inbox, runs, settings, supervisor
+from events import checkpoints, inbox, runs, settings, supervisor
 from events.base import Event
 
-_MODULES = (runs, settings, inbox, supervisor)
+_MODULES = (runs, settings, inbox, supervisor, checkpoints)
 
 
 def _collect() -> dict[str, type[Event]]:

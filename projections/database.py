@@ -13,8 +13,17 @@ import apsw
 from events.schema import connect, store_error
 
 #: Names of the projections (their tracking keys) and the tables they own.
-PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions")
-PROJECTION_TABLES = ("runs", "nodes", "logs", "inbox", "decision_subjects", "decisions")
+PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions", "checkpoints")
+PROJECTION_TABLES = (
+    "runs",
+    "nodes",
+    "logs",
+    "inbox",
+    "decision_subjects",
+    "decisions",
+    "checkpoints",
+    "checkpoint_writes",
+)
 _REQUIRED_TABLES = ("stored_events", "tracking", *PROJECTION_TABLES)
 
 

@@ -22,13 +22,14 @@ from events.schema import (
     store_error,
 )
 from projections.base import Batch, Handler, Projection
+from projections.checkpoints import CHECKPOINTS
 from projections.database import PROJECTION_NAMES, PROJECTION_TABLES, lag, positions
 from projections.decisions import DECISIONS
 from projections.inbox import INBOX
 from projections.logs import LOGS
 from projections.runs import RUNS
 
-PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS)
+PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS)
 assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES
 assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
 

@@ -14,7 +14,15 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, decode_json, parse_structured
+from shep.agents.cli import (
+    CliExecutor,
+    Command,
+    JsonDocument,
+    OutputParser,
+    Scratch,
+    decode_json,
+    parse_structured,
+)
 from shep.agents.failures import agent_failure, output_error
 from shep.agents.model import (
     AgentEvent,
@@ -30,7 +38,7 @@ from shep.agents.process import ProcessOutcome
 from shep.agents.spec import AgentSpec
 from shep.errors import AgentError
 
-__all__ = ["ClaudeCodeExecutor", "MessageStreamParser", "ResultLine", "SPEC", "tool_output"]
+__all__ = ["SPEC", "ClaudeCodeExecutor", "MessageStreamParser", "ResultLine", "tool_output"]
 
 
 # -- wire format -------------------------------------------------------------------------
@@ -291,18 +299,36 @@ class JsonResultParser(MessageStreamParser):
     """``--output-format json``: the whole stdout is one result object (or an array of
     message objects, as Qwen Code prints it). Parsed once the process ended."""
 
+    def __init__(
+        self,
+        executor: CliExecutor,
+        options: AgentOptions,
+        *,
+        answer_error: re.Pattern[str] | None = None,
+    ) -> None:
+        super().__init__(executor, options, answer_error=answer_error)
+        self.document = JsonDocument()
+        self._complete = False
+
+    @property
+    def done(self) -> bool:
+        return self._complete
+
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        self.output += line + b"\n"  # bounded by the process's output cap
+        self._complete = self.document.add(line)
         return ()
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
-        data = bytes(self.output)
+        data = bytes(self.document.data)
+        self.output = bytearray(data)
         if data.strip():
             try:
                 document = decode_json(data)
             except msgspec.DecodeError:
                 if not outcome.exit_code:
-                    raise output_error(self.spec, "printed truncated or invalid JSON", data) from None
+                    raise output_error(
+                        self.spec, "printed truncated or invalid JSON", data
+                    ) from None
                 document = None
             for obj in document if isinstance(document, list) else [document]:
                 self.handle(obj)

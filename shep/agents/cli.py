@@ -27,6 +27,7 @@ from shep.agents.model import (
     AgentOptions,
     AgentResult,
     Completed,
+    TextDelta,
 )
 from shep.agents.process import AgentProcess, ProcessLimits, ProcessOutcome
 from shep.agents.spec import AgentSpec
@@ -36,6 +37,7 @@ __all__ = [
     "ARGV_PROMPT_LIMIT",
     "CliExecutor",
     "Command",
+    "JsonDocument",
     "OutputParser",
     "Scratch",
     "decode_json",
@@ -76,7 +78,7 @@ def has_write_tools(tools: Iterable[str]) -> bool:
     return any(tool.split("(", 1)[0].strip().lower() in _WRITE_TOOLS for tool in tools)
 
 
-def decode_json(data: bytes) -> Any:
+def decode_json(data: bytes | bytearray) -> Any:
     """``data`` decoded as JSON, or ``msgspec.DecodeError``."""
     return msgspec.json.decode(data)
 
@@ -94,6 +96,31 @@ def parse_structured(text: str) -> Any | None:
         return msgspec.json.decode(body.strip().encode())
     except msgspec.DecodeError:
         return None
+
+
+class JsonDocument:
+    """A JSON document printed over one or more stdout lines.
+
+    ``add`` reports when the document is complete: a one-line document, or a
+    pretty-printed one whose closing bracket starts a line. That lets shep stop
+    waiting for an agent that printed its answer and then lingers.
+    """
+
+    def __init__(self) -> None:
+        self.data = bytearray()  # bounded by the process's output cap
+
+    def add(self, line: bytes) -> bool:
+        """Append a line; ``True`` once the collected text is a complete JSON value."""
+        self.data += line + b"\n"
+        stripped = line.rstrip()
+        closes = stripped[-1:] in (b"}", b"]")
+        if closes and (line[:1] in (b"}", b"]") or line.lstrip()[:1] in (b"{", b"[")):
+            try:
+                decode_json(self.data)
+            except msgspec.DecodeError:
+                return False
+            return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -217,6 +244,7 @@ class CliExecutor:
     def _run(self, prompt: str, options: AgentOptions, *, streaming: bool) -> Iterator[AgentEvent]:
         self._drop_unsupported(options)
         scratch = Scratch()
+        texted = False
         try:
             command = self.command(prompt, options, streaming=streaming, scratch=scratch)
             parser = self.parser(options, streaming=streaming)
@@ -233,7 +261,9 @@ class CliExecutor:
                 install_hint=self.spec.install_hint,
             ) as process:
                 for line in process.lines():
-                    yield from parser.feed(line)
+                    for event in parser.feed(line):
+                        texted = texted or isinstance(event, TextDelta)
+                        yield event
                     if parser.done:
                         process.mark_result()
                 outcome = process.finish()
@@ -243,6 +273,9 @@ class CliExecutor:
             raise
         finally:
             scratch.remove()
+        if not texted and result.text:
+            # Formats without incremental output still give streams the answer as text.
+            yield TextDelta(text=result.text)
         yield Completed(result=result)
 
     def _redact(self, error: AgentError) -> None:
@@ -268,12 +301,10 @@ class CliExecutor:
         said = "\n".join(
             part for part in (outcome.stderr, output.decode("utf-8", "replace")) if part
         )
-        if (
-            options.resume_session is not None
-            and self.session_missing is not None
-            and self.session_missing.search(said)
-        ):
-            return session_not_found(spec, options.resume_session, error_line(said))
+        if options.resume_session is not None and self.session_missing is not None:
+            for line in said.splitlines():
+                if self.session_missing.search(line):
+                    return session_not_found(spec, options.resume_session, line)
         if outcome.exit_code:
             typed = api_error(spec, error_line(said))
             if typed is not None:

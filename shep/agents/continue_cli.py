@@ -13,7 +13,16 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, decode_json, has_write_tools
+from shep.agents.cli import (
+    CliExecutor,
+    Command,
+    JsonDocument,
+    OutputParser,
+    Scratch,
+    decode_json,
+    has_write_tools,
+    log,
+)
 from shep.agents.failures import agent_failure, output_error
 from shep.agents.model import AgentEvent, AgentOptions, AgentResult, AgentUsage
 from shep.agents.process import ProcessOutcome
@@ -34,8 +43,8 @@ class Reply(msgspec.Struct):
 
 def _last_object(text: str) -> dict[str, Any] | None:
     """The last line of ``text`` that is a JSON object (cn's error report)."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
+    for raw_line in reversed(text.splitlines()):
+        line = raw_line.strip()
         if line.startswith("{"):
             try:
                 obj = msgspec.json.decode(line.encode())
@@ -47,32 +56,40 @@ def _last_object(text: str) -> dict[str, Any] | None:
 
 
 class _Parser(OutputParser):
-    done = False
-
     def __init__(self, executor: ContinueExecutor, options: AgentOptions) -> None:
         self.executor = executor
         self.spec = executor.spec
         self.options = options
-        self.output = bytearray()
+        self.document = JsonDocument()
+        self._complete = False
+
+    @property
+    def done(self) -> bool:
+        return self._complete
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        self.output += line + b"\n"
+        self._complete = self.document.add(line)
         return ()
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
-        data = bytes(self.output)
+        data = bytes(self.document.data)
         raw: dict[str, Any] | None = None
         if data.strip():
             try:
                 decoded = decode_json(data)
             except msgspec.DecodeError:
                 if not outcome.exit_code:
-                    raise output_error(self.spec, "printed truncated or invalid JSON", data) from None
+                    raise output_error(
+                        self.spec, "printed truncated or invalid JSON", data
+                    ) from None
                 decoded = None
             raw = decoded if isinstance(decoded, dict) else None
         if raw is None:
             raw = _last_object(outcome.stderr)
-        reply = msgspec.convert(raw, Reply) if raw is not None else None
+        try:
+            reply = msgspec.convert(raw, Reply) if raw is not None else None
+        except msgspec.ValidationError:
+            reply = None
         if reply is not None and reply.status == "error":
             raise agent_failure(
                 self.spec, reply.message or "unknown error", exit_code=outcome.exit_code
@@ -83,11 +100,8 @@ class _Parser(OutputParser):
             raise output_error(self.spec, "printed JSON without a response", data)
         assert raw is not None
         response = reply.response
-        if isinstance(response, str):
-            text = response
-        else:
-            # cn parses an answer that is itself JSON and prints it as an object.
-            text = msgspec.json.encode(response).decode()
+        # cn parses an answer that is itself JSON and prints it as an object.
+        text = response if isinstance(response, str) else msgspec.json.encode(response).decode()
         return AgentResult(
             text=text,
             session_id=None,
@@ -115,7 +129,7 @@ class ContinueExecutor(CliExecutor):
             args += ["--config", config]
         if options.resume_session is not None:
             # cn reports no session ids and resumes only its most recent session.
-            self.drop("resume_session", "cn can only resume its latest session; using --resume")
+            log.debug("%s: cn cannot resume a session by id; passing --resume (latest)", self.name)
             args += ["--resume"]
         if options.model is not None:
             args += ["--model", options.model]

@@ -66,6 +66,11 @@ _ERROR_LINE = re.compile(r"(\[?API Error|Error\b|error:|fatal\b)", re.IGNORECASE
 _MESSAGE_LIMIT = 600
 
 
+def _sentence(text: str) -> str:
+    """``text`` without its final full stop, to be followed by one of ours."""
+    return text.rstrip().rstrip(".")
+
+
 def clean(text: str) -> str:
     """``text`` without ANSI colours, on one line, at most a few hundred characters."""
     one_line = " ".join(_ANSI.sub("", text).split())
@@ -98,13 +103,13 @@ def api_error(spec: AgentSpec, message: str, *, status: int | None = None) -> Ag
     if code in AUTH_STATUSES or (code is None and _AUTH_WORDS.search(text)):
         tokens = " or ".join(spec.token_env) or "its credentials"
         return AgentAuthError(
-            f"{spec.label} was refused by its API{where}: {text}. Check {tokens}, "
+            f"{spec.label} was refused by its API{where}: {_sentence(text)}. Check {tokens}, "
             f"or log in to `{spec.binary}` again.",
             agent=spec.type,
         )
     if code in RATE_LIMIT_STATUSES or ((code is None or code >= 500) and _RATE_WORDS.search(text)):
         return AgentRateLimitError(
-            f"{spec.label}'s API is rate limiting or overloaded{where}: {text}. "
+            f"{spec.label}'s API is rate limiting or overloaded{where}: {_sentence(text)}. "
             "Try again in a moment.",
             agent=spec.type,
         )
@@ -132,7 +137,8 @@ def agent_failure(
 def session_not_found(spec: AgentSpec, session_id: str | None, message: str) -> AgentError:
     """The error for resuming a session the agent does not know."""
     return AgentSessionNotFoundError(
-        f"{spec.label} has no session {session_id or '(unknown)'} to resume: {clean(message)}. "
+        f"{spec.label} has no session {session_id or '(unknown)'} to resume: "
+        f"{_sentence(clean(message))}. "
         "Start a new session instead.",
         agent=spec.type,
     )

@@ -15,7 +15,15 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, decode_json, has_write_tools
+from shep.agents.cli import (
+    CliExecutor,
+    Command,
+    JsonDocument,
+    OutputParser,
+    Scratch,
+    decode_json,
+    has_write_tools,
+)
 from shep.agents.failures import agent_failure, output_error
 from shep.agents.model import (
     AgentEvent,
@@ -141,27 +149,32 @@ def _trailing_json(stderr: str) -> Any | None:
 class _JsonParser(OutputParser):
     """The pretty-printed object: collected whole, parsed when the process ended."""
 
-    done = False
-
     def __init__(self, executor: GeminiCliExecutor, options: AgentOptions) -> None:
         self.executor = executor
         self.spec = executor.spec
         self.options = options
-        self.output = bytearray()
+        self.document = JsonDocument()
+        self._complete = False
+
+    @property
+    def done(self) -> bool:
+        return self._complete
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        self.output += line + b"\n"
+        self._complete = self.document.add(line)
         return ()
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
-        data = bytes(self.output)
+        data = bytes(self.document.data)
         raw: Any = None
         if data.strip():
             try:
                 raw = decode_json(data)
             except msgspec.DecodeError:
                 if not outcome.exit_code:
-                    raise output_error(self.spec, "printed truncated or invalid JSON", data) from None
+                    raise output_error(
+                        self.spec, "printed truncated or invalid JSON", data
+                    ) from None
         if raw is None and outcome.stderr:
             raw = _trailing_json(outcome.stderr)
         parsed = None

@@ -53,7 +53,7 @@ class ToolState(msgspec.Struct):
 class Part(msgspec.Struct):
     text: str | None = None
     tool: str | None = None
-    callID: str | None = None  # noqa: N815 (the wire name)
+    call_id: str | None = msgspec.field(default=None, name="callID")
     state: ToolState | None = None
     reason: str | None = None
     tokens: Tokens | None = None
@@ -62,7 +62,7 @@ class Part(msgspec.Struct):
 
 class ErrorData(msgspec.Struct):
     message: str = ""
-    statusCode: int | None = None  # noqa: N815 (the wire name)
+    status_code: int | None = msgspec.field(default=None, name="statusCode")
 
 
 class ErrorInfo(msgspec.Struct):
@@ -72,7 +72,7 @@ class ErrorInfo(msgspec.Struct):
 
 class Line(msgspec.Struct):
     type: str
-    sessionID: str | None = None  # noqa: N815 (the wire name)
+    session_id: str | None = msgspec.field(default=None, name="sessionID")
     part: Part | None = None
     error: ErrorInfo | None = None
 
@@ -109,9 +109,9 @@ class _Parser(OutputParser):
                 self.output += line + b"\n"
             return ()
         events: list[AgentEvent] = []
-        if event.sessionID and self.session_id is None:
-            self.session_id = event.sessionID
-            events.append(SessionStarted(session_id=event.sessionID, model=self.options.model))
+        if event.session_id and self.session_id is None:
+            self.session_id = event.session_id
+            events.append(SessionStarted(session_id=event.session_id, model=self.options.model))
         part = event.part or Part()
         if event.type == "step_start":
             self._step_text = []
@@ -119,8 +119,8 @@ class _Parser(OutputParser):
             self._step_text.append(part.text)
             self._answer = "".join(self._step_text)
             events.append(TextDelta(text=part.text))
-        elif event.type == "tool_use" and part.callID is not None:
-            events.extend(self._tool(part, part.callID))
+        elif event.type == "tool_use" and part.call_id is not None:
+            events.extend(self._tool(part, part.call_id))
         elif event.type == "step_finish":
             self._step_finish(part, obj)
         elif event.type == "error":
@@ -131,7 +131,9 @@ class _Parser(OutputParser):
 
     def _tool(self, part: Part, call_id: str) -> list[AgentEvent]:
         state = part.state or ToolState()
-        events: list[AgentEvent] = [ToolUse(tool_id=call_id, name=part.tool or "", input=state.input)]
+        events: list[AgentEvent] = [
+            ToolUse(tool_id=call_id, name=part.tool or "", input=state.input)
+        ]
         if state.status in ("completed", "error"):
             value = state.error if state.status == "error" else state.output
             output = value if isinstance(value, str) else msgspec.json.encode(value).decode()
@@ -165,7 +167,7 @@ class _Parser(OutputParser):
                 self.spec,
                 data.message or self.error.name,
                 exit_code=outcome.exit_code,
-                status=data.statusCode,
+                status=data.status_code,
             )
         if not self.steps or outcome.exit_code:
             raise self.executor.no_result_error(outcome, bytes(self.output), self.options)

@@ -16,10 +16,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from shep.errors import AgentError, AgentNotFoundError, AgentOutputError, AgentTimeoutError
 
@@ -97,16 +98,20 @@ class AgentProcess:
         self._label = label
         self._install_hint = install_hint
         self._lines: queue.SimpleQueue[bytes | _Marker] = queue.SimpleQueue()
+        self._pending = bytearray()
+        self._pending_lock = threading.Lock()
+        self._last_output_at = 0.0
         self._stderr = bytearray()
         self._stderr_lock = threading.Lock()
         self._stdout_bytes = 0
-        self._threads: list[threading.Thread] = []
+        self._threads: list[tuple[threading.Thread, IO[bytes]]] = []
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = 0.0
         self._deadline: float | None = None
         self._result_at: float | None = None
         self._exited_at: float | None = None
         self._stopped_by_us = False
+        self._reaped = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -160,17 +165,18 @@ class AgentProcess:
         if self._timeout is not None:
             self._deadline = self._started + self._timeout
         proc = self._proc
-        assert proc.stdout is not None and proc.stderr is not None
-        self._spawn(self._pump_stdout, proc.stdout.fileno())
-        self._spawn(self._pump_stderr, proc.stderr.fileno())
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        self._spawn(self._pump_stdout, proc.stdout)
+        self._spawn(self._pump_stderr, proc.stderr)
         if self._stdin is not None:
             assert proc.stdin is not None
             self._spawn(self._feed_stdin, proc.stdin)
 
-    def _spawn(self, target: object, arg: object) -> None:
-        thread = threading.Thread(target=target, args=(arg,), daemon=True)  # type: ignore[arg-type]
+    def _spawn(self, target: Callable[[IO[bytes]], None], stream: IO[bytes]) -> None:
+        thread = threading.Thread(target=target, args=(stream,), daemon=True)
         thread.start()
-        self._threads.append(thread)
+        self._threads.append((thread, stream))
 
     # -- the reading side, as the executor sees it --------------------------------------
 
@@ -188,31 +194,40 @@ class AgentProcess:
                 item = self._lines.get(timeout=_POLL)
             except queue.Empty:
                 item = None
-            if isinstance(item, bytes):
-                yield item
-            elif item is _EOF:
+            if item is _EOF:
                 return
-            elif item is _OVERFLOW:
+            if item is _OVERFLOW:
                 self._kill()
                 raise AgentOutputError(
                     f"{self._label} printed more than {self._limits.output_cap} bytes on stdout; "
                     "shep stopped it. Raise the output cap if this is expected.",
                     agent=self._agent,
                 )
+            if isinstance(item, bytes):
+                yield item
             now = time.monotonic()
             if self._deadline is not None and now >= self._deadline:
                 self._kill()
                 raise self._timeout_error()
+            if item is not None:
+                continue  # lines are still queued: the idle rules below wait for them
             if self._exited_at is None and proc.poll() is not None:
                 self._exited_at = now
-            if self._exited_at is not None and now - self._exited_at >= self._limits.drain:
-                return
-            if (
+            exited = self._exited_at is not None and now - self._exited_at >= self._limits.drain
+            lingered = (
                 self._exited_at is None
                 and self._result_at is not None
                 and now - self._result_at >= self._limits.linger
-            ):
+            )
+            if exited or lingered:
+                # Stop reading: the agent is done, whoever still holds its stdout is not.
+                if tail := self._take_pending():
+                    yield tail
                 return
+            if now - self._last_output_at >= self._limits.drain and (tail := self._take_pending()):
+                # A last line without its newline, idle for a while (Gemini's JSON ends
+                # so): hand it over so the parser can see that the result is complete.
+                yield tail
 
     def mark_result(self) -> None:
         """The agent printed its final result: from now on it only has ``linger`` left."""
@@ -269,43 +284,55 @@ class AgentProcess:
 
     def _reap(self) -> None:
         proc = self._proc
-        if proc is None:
+        if proc is None or self._reaped:
             return
+        self._reaped = True
         # Kill the group even when the main process exited on its own: a child it left
         # behind (holding our pipes, or just running) must not outlive the call.
         kill_group(proc, self._limits.kill_grace)
-        for thread in self._threads:
+        for thread, stream in self._threads:
             thread.join(timeout=1.0)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
+            # A pipe still held by a process outside the group keeps its reader blocked;
+            # closing the fd under it could hand the number to an unrelated file, so
+            # that pipe is left to the daemon thread.
+            if not thread.is_alive():
                 with contextlib.suppress(OSError):
                     stream.close()
 
-    def _pump_stdout(self, fd: int) -> None:
+    def _pump_stdout(self, stream: IO[bytes]) -> None:
+        fd = stream.fileno()
         cap = self._limits.output_cap
-        pending = bytearray()
         try:
             while chunk := os.read(fd, _CHUNK):
+                self._last_output_at = time.monotonic()
                 self._stdout_bytes += len(chunk)
                 if self._stdout_bytes > cap:
                     self._lines.put(_OVERFLOW)
                     return
                 parts = chunk.split(b"\n")
-                if len(parts) == 1:
-                    pending += chunk
-                    continue
-                pending += parts[0]
-                self._lines.put(bytes(pending))
-                for line in parts[1:-1]:
-                    self._lines.put(line)
-                pending = bytearray(parts[-1])
+                with self._pending_lock:
+                    if len(parts) == 1:
+                        self._pending += chunk
+                        continue
+                    self._pending += parts[0]
+                    self._lines.put(bytes(self._pending))
+                    for line in parts[1:-1]:
+                        self._lines.put(line)
+                    self._pending = bytearray(parts[-1])
         except OSError:
             pass
-        if pending:
-            self._lines.put(bytes(pending))
+        if tail := self._take_pending():
+            self._lines.put(tail)
         self._lines.put(_EOF)
 
-    def _pump_stderr(self, fd: int) -> None:
+    def _take_pending(self) -> bytes:
+        """The unterminated last line read so far (handed over when reading stops)."""
+        with self._pending_lock:
+            pending, self._pending = bytes(self._pending), bytearray()
+        return pending
+
+    def _pump_stderr(self, stream: IO[bytes]) -> None:
+        fd = stream.fileno()
         keep = self._limits.stderr_tail
         try:
             while chunk := os.read(fd, _CHUNK):
@@ -316,12 +343,12 @@ class AgentProcess:
         except OSError:
             pass
 
-    def _feed_stdin(self, pipe: object) -> None:
+    def _feed_stdin(self, pipe: IO[bytes]) -> None:
         assert self._stdin is not None
         with contextlib.suppress(OSError, ValueError):
-            pipe.write(self._stdin)  # type: ignore[attr-defined]
+            pipe.write(self._stdin)
         with contextlib.suppress(OSError, ValueError):
-            pipe.close()  # type: ignore[attr-defined]
+            pipe.close()
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:

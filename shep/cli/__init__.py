@@ -24,6 +24,11 @@ COMMANDS: dict[str, str] = {
     "projections": "shep.cli.projections:projections",
     "audit": "shep.cli.audit:audit",
     "settings": "shep.cli.settings:settings",
+    "run": "shep.cli.run:run",
+    "resume": "shep.cli.run:resume",
+    "cancel": "shep.cli.run:cancel",
+    "workflows": "shep.cli.run:workflows",
+    "_worker": "shep.cli.run:worker",
 }
 
 INTERNAL_ERROR_EXIT = 70

@@ -1,0 +1,301 @@
+"""``shep run``, ``resume``, ``cancel``, ``workflows`` and the hidden ``_worker``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from uuid import UUID
+
+import click
+
+from events.errors import ShepError
+from shep.runtime import Runtime
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+class RunInputError(ShepError):
+    exit_code = 2
+
+
+class InterruptedRunExistsError(ShepError):
+    exit_code = 2
+
+
+def _parse_inputs(values: tuple[str, ...]) -> dict[str, str]:
+    inputs = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise RunInputError(f"--input takes KEY=VALUE, not {value!r}.")
+        inputs[key.strip()] = text
+    return inputs
+
+
+@click.command()
+def workflows() -> None:
+    """List the workflows `shep run` can run."""
+    from shep.workflows import WORKFLOWS
+
+    for workflow in WORKFLOWS.values():
+        click.echo(f"{workflow.name}  {workflow.description}")
+        click.echo(f"    nodes: {' -> '.join(workflow.node_names)}")
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "--repo",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The repository to work on.",
+)
+@click.option("--input", "inputs", multiple=True, metavar="KEY=VALUE", help="Workflow input.")
+@click.option("--background", is_flag=True, help="Run in a detached worker; print the run id.")
+@click.option("--model", help="Model for this run (overrides the agent's configured model).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="Time limit of each agent call (default: the agent_timeout setting, 1800).",
+)
+@click.option(
+    "--resume/--no-resume",
+    "resume",
+    default=None,
+    help="If an interrupted run of NAME exists in this repository: resume it, or not.",
+)
+@click.pass_obj
+def run(
+    runtime: Runtime,
+    name: str,
+    repo: Path,
+    inputs: tuple[str, ...],
+    background: bool,
+    model: str | None,
+    timeout: float | None,
+    resume: bool | None,
+) -> None:
+    """Run workflow NAME on a repository with the configured agent."""
+    from commands.create_run import create_run
+    from shep.identity import current_actor
+    from shep.settings import load_settings
+    from shep.workflows import get_workflow
+
+    workflow = get_workflow(name)
+    repo_path = repo.expanduser().resolve()
+    if not repo_path.is_dir():
+        raise RunInputError(f"Repository {repo_path} is not a directory.")
+    parsed = _parse_inputs(inputs)
+    store = runtime.store()
+    settings = load_settings(store)
+    agent_type = settings.require_agent()
+    _check_binary(agent_type, settings.binary)
+    interrupted = _interrupted_run(runtime, name, repo_path)
+    if interrupted is not None and _should_resume(interrupted, resume):
+        _resume(runtime, UUID(interrupted), background=background, timeout=timeout)
+        return
+    run_id = create_run(
+        store,
+        workflow=workflow.name,
+        agent_type=agent_type,
+        model=model or settings.model,
+        repo=str(repo_path),
+        inputs=parsed,
+        node_names=workflow.node_names,
+        created_by=current_actor(),
+    )
+    _launch(runtime, run_id, resume=False, background=background, timeout=timeout)
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--background", is_flag=True, help="Resume in a detached worker.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="Time limit of each agent call.",
+)
+@click.pass_obj
+def resume(runtime: Runtime, run_ref: str, background: bool, timeout: float | None) -> None:
+    """Continue an interrupted RUN from its last checkpoint.
+
+    Completed nodes are not run again; the node that was in flight is re-run,
+    continuing the agent's session where the agent supports it.
+    """
+    from projections.queries import resolve_run_id
+
+    run_id = UUID(resolve_run_id(runtime.read_db(), run_ref))
+    _resume(runtime, run_id, background=background, timeout=timeout)
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL.",
+)
+@click.pass_obj
+def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
+    """Cancel RUN: record it, stop its worker (TERM, then KILL) and the agent's processes."""
+    from commands.cancel_run import cancel_run
+    from commands.run_state import load_run
+    from projections.queries import resolve_run_id
+    from shep.identity import current_actor, host_name
+    from shep.worker import stop_worker
+
+    run_id = UUID(resolve_run_id(runtime.read_db(), run_ref))
+    store = runtime.store()
+    before = load_run(store, run_id)
+    cancel_run(store, run_id, cancelled_by=current_actor())
+    pid = before.pid if before.host == host_name() else None
+    for line in stop_worker(pid, run_id, grace=grace):
+        click.echo(line)
+    click.echo(f"Cancelled run {run_id.hex[:8]}.")
+
+
+@click.command("_worker", hidden=True)
+@click.argument("run_id")
+@click.option("--resume", "is_resume", is_flag=True)
+@click.option("--timeout", type=float)
+@click.pass_obj
+def worker(runtime: Runtime, run_id: str, is_resume: bool, timeout: float | None) -> None:
+    """Execute a run in this (detached) process."""
+    _execute(runtime, UUID(run_id), resume=is_resume, background=True, timeout=timeout)
+
+
+def _check_binary(agent_type: str, binary: str | None) -> None:
+    import shutil
+
+    from shep.agents import get_spec
+    from shep.errors import AgentNotFoundError
+
+    spec = get_spec(agent_type)
+    if not spec.binary:
+        return
+    executable = binary or spec.binary
+    if shutil.which(executable) is None:
+        raise AgentNotFoundError(
+            f"{spec.label} is not installed: `{executable}` was not found. "
+            f"Install it with `{spec.install_hint}`, or run `shep settings agent`.",
+            agent=agent_type,
+        )
+
+
+def _interrupted_run(runtime: Runtime, workflow: str, repo: Path) -> str | None:
+    row = (
+        runtime.read_db()
+        .execute(
+            "SELECT run_id FROM runs WHERE status='interrupted' AND workflow=? AND repo=? "
+            "ORDER BY created_at DESC LIMIT 1",
+            (workflow, str(repo)),
+        )
+        .fetchone()
+    )
+    return str(row[0]) if row else None
+
+
+def _should_resume(run_id: str, flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    if not sys.stdin.isatty():
+        raise InterruptedRunExistsError(
+            f"Run {run_id[:8]} of this workflow was interrupted here. "
+            "Pass --resume to continue it or --no-resume to start a new run."
+        )
+    return _ask_resume(run_id)
+
+
+def _ask_resume(run_id: str) -> bool:
+    from prompt_toolkit import PromptSession
+
+    answer = PromptSession[str]().prompt(
+        f"Run {run_id[:8]} of this workflow was interrupted here. Resume? [Y/n] "
+    )
+    return answer.strip().lower() in ("", "y", "yes")
+
+
+def _resume(runtime: Runtime, run_id: UUID, *, background: bool, timeout: float | None) -> None:
+    from commands.errors import InvalidTransitionError
+    from commands.run_state import RunStatus, load_run
+
+    state = load_run(runtime.store(), run_id)
+    if state.status is not RunStatus.INTERRUPTED:
+        raise InvalidTransitionError(run_id.hex, state.status.value, "resume it")
+    _launch(runtime, run_id, resume=True, background=background, timeout=timeout)
+
+
+def _launch(
+    runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
+) -> None:
+    if background:
+        from shep.worker import spawn_worker
+
+        pid = spawn_worker(runtime.home, run_id, resume=resume, timeout=timeout)
+        click.echo(run_id.hex)
+        click.echo(
+            f"Started worker {pid} in the background. Follow it with "
+            f"`shep logs {run_id.hex[:8]} --follow`.",
+            err=True,
+        )
+        return
+    _execute(runtime, run_id, resume=resume, background=False, timeout=timeout)
+
+
+def _execute(
+    runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
+) -> None:
+    import os
+
+    from commands.resume_run import resume_run
+    from commands.run_state import RunStatus
+    from commands.start_run import start_run
+    from shep.identity import host_name
+    from shep.progress import Progress
+    from shep.runner import Runner
+    from shep.settings import load_settings
+    from shep.worker import log_path
+
+    store = runtime.store()
+    settings = load_settings(store)
+    runner = Runner(
+        store,
+        runtime.db_path,
+        runtime.home,
+        run_id,
+        settings,
+        timeout=timeout,
+        progress=Progress(0),
+    )
+    runner.progress.total = len(runner.plan.workflow.steps)
+    log = str(log_path(runtime.home, run_id)) if background else None
+    begin = resume_run if resume else start_run
+    begin(store, run_id, pid=os.getpid(), host=host_name(), background=background, log_path=log)
+    short = run_id.hex[:8]
+    if not background:
+        click.echo(
+            f"Run {short}: {runner.plan.workflow.name} on {runner.plan.repo} with "
+            f"{runner.plan.agent_type}",
+            err=True,
+        )
+    status = runner.execute()
+    if status is RunStatus.COMPLETED:
+        click.echo(f"Run {short} completed. See `shep logs {short}`.", err=True)
+        return
+    if status is RunStatus.INTERRUPTED:
+        click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    detail = (
+        runtime.read_db().execute("SELECT error FROM runs WHERE run_id=?", (run_id.hex,)).fetchone()
+    )
+    click.echo(
+        f"Run {short} {status.value}: {detail[0] if detail and detail[0] else ''}".rstrip(": "),
+        err=True,
+    )
+    sys.exit(EXIT_FAILED)
