@@ -127,11 +127,33 @@ def fold(run_id: UUID, events: Iterable[Event]) -> RunState | None:
     return state
 
 
+#: The events the fold reads. A run's stream also holds checkpoints, output and
+#: heartbeats; decoding those on every command would cost more than the command.
+FOLDED = (
+    RunCreated,
+    RunStarted,
+    RunResumed,
+    NodeStarted,
+    NodeCompleted,
+    NodeFailed,
+    ApprovalAwaited,
+    RunInterrupted,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+)
+
+
 def load_run(store: EventStore, run_id: UUID) -> RunState:
-    """Rebuild a run from its stream; ``RunNotFoundError`` if it has none."""
-    state = fold(run_id, store.load(run_id))
+    """Rebuild a run from its stream; ``RunNotFoundError`` if it has none.
+
+    The version is the stream's newest event of any type, so the next append
+    conflicts if anything at all was appended since.
+    """
+    state = fold(run_id, store.load(run_id, types=FOLDED))
     if state is None:
         raise RunNotFoundError(str(run_id))
+    state.version = store.stream_version(run_id)
     return state
 
 

@@ -54,6 +54,7 @@ from events.schema import (
     chain_hash,
     connect,
     events_table_ddl,
+    file_write_lock,
 )
 
 
@@ -85,10 +86,15 @@ def translate(error: apsw.Error) -> PersistenceError:
 
 
 class ApswDatastore:
-    """One database file: per-thread apsw connections and explicit transactions."""
+    """One database file: a small pool of apsw connections and explicit transactions.
 
-    _write_locks: dict[str, threading.Lock] = {}
-    _write_locks_guard = threading.Lock()
+    A transaction borrows a connection for its duration and gives it back, so
+    short-lived threads (LangGraph runs each invoke on a fresh pool) reuse
+    connections instead of opening one each and leaving it behind. File
+    databases only: every connection to ``:memory:`` would be a database of its own.
+    """
+
+    max_idle = 8
 
     def __init__(
         self,
@@ -102,36 +108,34 @@ class ApswDatastore:
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.originator_id_type = originator_id_type
-        self._local = threading.local()
-        self._connections: list[apsw.Connection] = []
-        self._connections_guard = threading.Lock()
+        self._idle: list[apsw.Connection] = []
+        self._guard = threading.Lock()
         self._closed = False
-        with ApswDatastore._write_locks_guard:
-            self._write_lock = ApswDatastore._write_locks.setdefault(db_name, threading.Lock())
+        self._write_lock = file_write_lock(db_name)
         self._listeners: set[threading.Event] = set()
-        self.is_memory = ":memory:" in db_name or "mode=memory" in db_name
 
-    def connection(self) -> apsw.Connection:
-        """This thread's connection, opened on first use."""
-        conn: apsw.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+    @contextmanager
+    def borrow(self) -> Iterator[apsw.Connection]:
+        """A connection for this caller alone until the block ends."""
+        with self._guard:
             if self._closed:
                 raise InterfaceError("datastore is closed")
-            try:
-                conn = connect(
-                    self.db_name,
-                    synchronous=self.synchronous,
-                    busy_timeout_ms=self.busy_timeout_ms,
-                )
-            except apsw.Error as e:
-                raise translate(e) from e
-            self._local.conn = conn
-            with self._connections_guard:
-                self._connections.append(conn)
-        return conn
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self.new_connection()
+        try:
+            yield conn
+        finally:
+            with self._guard:
+                keep = not self._closed and len(self._idle) < self.max_idle
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                with suppress(apsw.Error):
+                    conn.close()
 
     def new_connection(self) -> apsw.Connection:
-        """A connection of its own, for a poller that must not share a thread's transaction."""
+        """A new connection with shep's pragmas (the caller closes it)."""
         try:
             return connect(
                 self.db_name, synchronous=self.synchronous, busy_timeout_ms=self.busy_timeout_ms
@@ -141,15 +145,15 @@ class ApswDatastore:
 
     @contextmanager
     def transaction(self, *, commit: bool) -> Iterator[apsw.Cursor]:
-        """A transaction on this thread's connection: IMMEDIATE when it writes."""
-        conn = self.connection()
-        if commit:
-            with self._write_lock:
-                yield from self._run(conn, "BEGIN IMMEDIATE")
-            for listener in list(self._listeners):
-                listener.set()
-        else:
-            yield from self._run(conn, "BEGIN")
+        """A transaction on a borrowed connection: IMMEDIATE, behind the file's lock, to write."""
+        with self.borrow() as conn:
+            if commit:
+                with self._write_lock:
+                    yield from self._run(conn, "BEGIN IMMEDIATE")
+                for listener in list(self._listeners):
+                    listener.set()
+            else:
+                yield from self._run(conn, "BEGIN")
 
     @staticmethod
     def _run(conn: apsw.Connection, begin: str) -> Iterator[apsw.Cursor]:
@@ -182,14 +186,13 @@ class ApswDatastore:
         self._listeners.discard(event)
 
     def close(self) -> None:
-        """Close every connection this datastore opened."""
-        self._closed = True
-        with self._connections_guard:
-            connections, self._connections = self._connections, []
-        for conn in connections:
+        """Close the idle connections; borrowed ones close when given back."""
+        with self._guard:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
             with suppress(apsw.Error):
                 conn.close()
-        self._local = threading.local()
 
     def encode_id(self, originator_id: UUID | str) -> str:
         return originator_id.hex if isinstance(originator_id, UUID) else originator_id
@@ -308,6 +311,22 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
                     state=bytes(row[3]),
                 )
                 for row in c.execute(statement, params)
+            ]
+
+    def select_events_of_topics(
+        self, originator_id: UUID | str, topics: Sequence[str]
+    ) -> Sequence[StoredEvent]:
+        """The originator's events whose topic is one of ``topics``, oldest first."""
+        statement = (
+            "SELECT originator_id, originator_version, topic, state "
+            f"FROM {self.events_table_name} WHERE originator_id=? "
+            f"AND topic IN ({','.join('?' * len(topics))}) ORDER BY originator_version"
+        )
+        decode_id = self.datastore.decode_id
+        with self.datastore.transaction(commit=False) as c:
+            return [
+                StoredEvent(decode_id(row[0]), row[1], row[2], bytes(row[3]))
+                for row in c.execute(statement, (self.datastore.encode_id(originator_id), *topics))
             ]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -151,18 +152,37 @@ def home_from_env() -> Path:
     return Path(value).expanduser() if value else Path.home() / ".shep"
 
 
+_file_locks: dict[str, threading.Lock] = {}
+_file_locks_guard = threading.Lock()
+
+
+def file_write_lock(path: str | Path) -> threading.Lock:
+    """The process-wide lock writers of one database file take before ``BEGIN IMMEDIATE``.
+
+    Threads of one process then queue on this lock instead of sleeping in
+    SQLite's busy handler, which can stall a waiting writer for seconds.
+    """
+    name = str(path)
+    if name.startswith("file:"):
+        name = name[5:].split("?", 1)[0]
+    key = os.path.realpath(name)
+    with _file_locks_guard:
+        return _file_locks.setdefault(key, threading.Lock())
+
+
 @contextmanager
 def immediate_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error.
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` behind the file's lock, rolled back on any error.
 
     IMMEDIATE takes the write lock before the first read, so what the
     transaction reads cannot be changed by another writer before it writes.
     """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        with suppress(apsw.Error):
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+    with file_write_lock(conn.filename):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            with suppress(apsw.Error):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")

@@ -22,6 +22,7 @@ from eventsourcing.persistence import (
 )
 
 from events.base import Event
+from events.catalog import topic_of
 from events.errors import ConcurrencyError
 from events.mapper import MsgspecMapper
 from events.persistence import ApswDatastore, ApswProcessRecorder
@@ -41,11 +42,11 @@ class EventStore:
         self._mapper = MsgspecMapper()
         self._events = LibraryEventStore(mapper=self._mapper, recorder=self.recorder)
         try:
-            conn = self.datastore.connection()
-            version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
-            if version < SCHEMA_VERSION:
-                self.recorder.create_table()
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            with self.datastore.borrow() as conn:
+                version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
+                if version < SCHEMA_VERSION:
+                    self.recorder.create_table()
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except PersistenceError as e:
             self.datastore.close()
             raise store_error(e, self.path) from e
@@ -73,12 +74,34 @@ class EventStore:
             raise store_error(e, self.path) from e
         return list(ids or ())
 
-    def load(self, stream_id: UUID, *, after_version: int | None = None) -> list[Event]:
-        """Every event of one stream, oldest first."""
+    def load(
+        self,
+        stream_id: UUID,
+        *,
+        after_version: int | None = None,
+        types: Sequence[type[Event]] | None = None,
+    ) -> list[Event]:
+        """The events of one stream, oldest first; only those of ``types`` if given."""
         try:
-            return cast(list[Event], list(self._events.get(stream_id, gt=after_version)))
+            if types is None:
+                return cast(list[Event], list(self._events.get(stream_id, gt=after_version)))
+            stored = self.recorder.select_events_of_topics(stream_id, [topic_of(t) for t in types])
+            to_event = self._mapper.to_domain_event
+            return [
+                to_event(s)
+                for s in stored
+                if after_version is None or s.originator_version > after_version
+            ]
         except PersistenceError as e:
             raise store_error(e, self.path) from e
+
+    def stream_version(self, stream_id: UUID) -> int:
+        """The version of the stream's newest event, 0 for a stream with none."""
+        try:
+            last = self.recorder.select_events(stream_id, desc=True, limit=1)
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+        return last[0].originator_version if last else 0
 
     def max_position(self) -> int:
         """The global position of the newest event, 0 when the store is empty."""

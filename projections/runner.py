@@ -13,7 +13,7 @@ from typing import cast
 import apsw
 
 from events.base import Event
-from events.catalog import UnknownEventTopicError, decode_event
+from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError
 from events.schema import (
     TRACKING_DDL,
@@ -102,14 +102,12 @@ def _apply(
     uniform = len(set(tracked.values())) == 1
     by_kind: dict[type[Event], list[Handler]] = {}
     for position, topic, state, chain in rows:
-        try:
-            event = decode_event(topic, state)
-        except UnknownEventTopicError as e:
+        kind = EVENT_CLASSES.get(topic)
+        if kind is None:
             raise StoreError(
                 f"Event {position} has topic {topic!r}, unknown to this version of shep. "
                 "Upgrade shep."
-            ) from e
-        kind = type(event)
+            )
         handlers = by_kind.get(kind) if uniform else None
         if handlers is None:
             handlers = [
@@ -121,7 +119,10 @@ def _apply(
             if uniform:
                 by_kind[kind] = handlers
         if not handlers:
+            # Most events of a run (checkpoints, heartbeats) concern few projections:
+            # decode only what some handler reads.
             continue
+        event = decode_event(topic, state)
         batch.position = position
         batch.at = event.timestamp.isoformat()
         batch.stream = event.originator_id.hex

@@ -19,6 +19,7 @@ from shep.agents.cli import (
     CliExecutor,
     Command,
     OutputParser,
+    OutputSample,
     Scratch,
     has_write_tools,
 )
@@ -66,24 +67,24 @@ class _Parser(OutputParser):
         self.usage_line: str | None = None
         self.errors: list[str] = []
         self.edits = 0
-        self.output = bytearray()
+        self.sample = OutputSample()
         self._after_reply = False
         self._in_error = False
         self._error_pending = False
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        if len(self.output) < 64 * 1024:
-            self.output += line + b"\n"
+        self.sample.add(line)
         text = line.decode("utf-8", errors="replace").rstrip("\r")
         tokens = _TOKENS.match(text)
         if tokens:
             sent, sent_k, received, received_k, cost = tokens.groups()
+            spent = self.usage.cost_usd
+            if cost:
+                spent = (spent or 0.0) + float(cost)
             self.usage = AgentUsage(
                 input_tokens=self.usage.input_tokens + _count(sent, sent_k),
                 output_tokens=self.usage.output_tokens + _count(received, received_k),
-                cost_usd=(self.usage.cost_usd or 0.0) + float(cost)
-                if cost
-                else self.usage.cost_usd,
+                cost_usd=spent,
             )
             self.usage_line = text
             self._after_reply = True
@@ -122,10 +123,10 @@ class _Parser(OutputParser):
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         text = "\n".join(self.reply).strip()
-        if self.errors and (not text or outcome.exit_code):
+        if self.errors and (self._error_pending or not text):
             raise agent_failure(self.spec, self.errors[-1], exit_code=outcome.exit_code)
         if outcome.exit_code or (not text and self.usage_line is None):
-            raise self.executor.no_result_error(outcome, bytes(self.output), self.options)
+            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
         raw: dict[str, Any] = {"usage_line": self.usage_line}
         if self.errors:
             raw["errors"] = [clean(e) for e in self.errors]

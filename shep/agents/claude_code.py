@@ -19,6 +19,7 @@ from shep.agents.cli import (
     Command,
     JsonDocument,
     OutputParser,
+    OutputSample,
     Scratch,
     decode_json,
     parse_structured,
@@ -146,7 +147,7 @@ class MessageStreamParser(OutputParser):
         self.options = options
         self.result: ResultLine | None = None
         self.result_raw: dict[str, Any] = {}
-        self.output = bytearray()  # stdout that was not a recognized object, for errors
+        self.sample = OutputSample()
         self._started = False
         self._streamed_messages: set[str] = set()
         self._message_id: str | None = None
@@ -161,13 +162,9 @@ class MessageStreamParser(OutputParser):
         try:
             obj = decode_json(line)
         except msgspec.DecodeError:
-            self._keep(line)
+            self.sample.add(line)
             return ()
         return self.handle(obj)
-
-    def _keep(self, data: bytes) -> None:
-        if len(self.output) < 64 * 1024:
-            self.output += data + b"\n"
 
     def handle(self, obj: Any) -> list[AgentEvent]:
         """Events for one decoded message object."""
@@ -198,7 +195,7 @@ class MessageStreamParser(OutputParser):
     def _stream_event(self, line: StreamEventLine) -> list[AgentEvent]:
         event = line.event
         kind = event.get("type")
-        if kind == "message_start":
+        if kind == "message_start" and line.parent_tool_use_id is None:
             message = event.get("message")
             self._message_id = message.get("id") if isinstance(message, dict) else None
             return []
@@ -216,8 +213,10 @@ class MessageStreamParser(OutputParser):
         return []
 
     def _assistant(self, line: AssistantLine) -> list[AgentEvent]:
-        if line.error is not None or isinstance(line.message.content, str):
+        if line.error is not None:
             # A synthetic message carrying an API error: the result line reports it.
+            return []
+        if isinstance(line.message.content, str):
             return []
         events: list[AgentEvent] = []
         streamed = line.message.id in self._streamed_messages
@@ -247,7 +246,7 @@ class MessageStreamParser(OutputParser):
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         result = self.result
         if result is None:
-            raise self.executor.no_result_error(outcome, bytes(self.output), self.options)
+            raise self.executor.no_result_error(outcome, self.unused_output(), self.options)
         self.check_result(result, outcome)
         structured = result.structured_output
         if structured is None:
@@ -274,6 +273,10 @@ class MessageStreamParser(OutputParser):
             structured_output=structured,
             raw=self.result_raw,
         )
+
+    def unused_output(self) -> bytes:
+        """What stdout held besides the objects, for the error when no result came."""
+        return bytes(self.sample)
 
     def check_result(self, result: ResultLine, outcome: ProcessOutcome) -> None:
         """Raise if the result object reports a failure."""
@@ -320,7 +323,6 @@ class JsonResultParser(MessageStreamParser):
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         data = bytes(self.document.data)
-        self.output = bytearray(data)
         if data.strip():
             try:
                 document = decode_json(data)
@@ -335,6 +337,9 @@ class JsonResultParser(MessageStreamParser):
             if self.result is None and document is not None and not outcome.exit_code:
                 raise output_error(self.spec, "printed JSON without a result object", data)
         return super().finish(outcome)
+
+    def unused_output(self) -> bytes:
+        return bytes(self.document.data)
 
 
 # -- the executor ----------------------------------------------------------------------

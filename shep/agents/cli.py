@@ -39,8 +39,10 @@ __all__ = [
     "Command",
     "JsonDocument",
     "OutputParser",
+    "OutputSample",
     "Scratch",
     "decode_json",
+    "decode_line",
     "has_write_tools",
     "parse_structured",
 ]
@@ -95,6 +97,41 @@ def parse_structured(text: str) -> Any | None:
     try:
         return msgspec.json.decode(body.strip().encode())
     except msgspec.DecodeError:
+        return None
+
+
+class OutputSample:
+    """The first 64 KiB of stdout a parser could not use, kept to explain a failure."""
+
+    limit = 64 * 1024
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def add(self, line: bytes) -> None:
+        if len(self._data) < self.limit:
+            self._data += line + b"\n"
+
+    def __bytes__(self) -> bytes:
+        return bytes(self._data)
+
+
+def decode_line(line: bytes, line_type: Any, sample: OutputSample) -> tuple[Any, Any] | None:
+    """A JSON line converted to ``line_type`` (a tagged union of Structs), with the raw object.
+
+    ``None`` for a blank line, for an object of a type shep does not use, and for a
+    line that is not JSON (which goes into ``sample``).
+    """
+    if not line.strip():
+        return None
+    try:
+        obj = decode_json(line)
+    except msgspec.DecodeError:
+        sample.add(line)
+        return None
+    try:
+        return msgspec.convert(obj, line_type), obj
+    except msgspec.ValidationError:
         return None
 
 

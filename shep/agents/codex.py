@@ -18,8 +18,9 @@ from shep.agents.cli import (
     CliExecutor,
     Command,
     OutputParser,
+    OutputSample,
     Scratch,
-    decode_json,
+    decode_line,
     has_write_tools,
     parse_structured,
 )
@@ -133,7 +134,7 @@ class _CodexParser(OutputParser):
         self.failure: str | None = None
         self.last_error: str | None = None
         self.raw: dict[str, Any] = {}
-        self.output = bytearray()
+        self.sample = OutputSample()
         self._started_tools: set[str] = set()
         self._done = False
 
@@ -142,18 +143,8 @@ class _CodexParser(OutputParser):
         return self._done
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        if not line.strip():
-            return ()
-        try:
-            obj = decode_json(line)
-            event = msgspec.convert(obj, Line)
-        except msgspec.ValidationError:
-            return ()  # a line type shep does not use (turn.started, ...)
-        except msgspec.DecodeError:
-            if len(self.output) < 64 * 1024:
-                self.output += line + b"\n"
-            return ()
-        return self._handle(event, obj)
+        decoded = decode_line(line, Line, self.sample)
+        return () if decoded is None else self._handle(*decoded)
 
     def _handle(self, event: Any, obj: dict[str, Any]) -> list[AgentEvent]:
         if isinstance(event, ThreadStarted):
@@ -209,7 +200,7 @@ class _CodexParser(OutputParser):
         if failure is not None:
             raise agent_failure(self.spec, failure, exit_code=outcome.exit_code)
         if not self.turns:
-            raise self.executor.no_result_error(outcome, bytes(self.output), self.options)
+            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
         text = self.answer or ""
         structured = None
         if self.options.output_schema is not None:

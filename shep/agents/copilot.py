@@ -17,7 +17,14 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, decode_json
+from shep.agents.cli import (
+    CliExecutor,
+    Command,
+    OutputParser,
+    OutputSample,
+    Scratch,
+    decode_line,
+)
 from shep.agents.failures import agent_failure
 from shep.agents.model import (
     AgentEvent,
@@ -61,7 +68,7 @@ class _Parser(OutputParser):
         self.error: dict[str, Any] | None = None
         self.result: Event | None = None
         self.raw: dict[str, Any] = {}
-        self.output = bytearray()
+        self.sample = OutputSample()
         self._streamed: set[str] = set()
         self._announced = False
 
@@ -70,18 +77,8 @@ class _Parser(OutputParser):
         return self.result is not None
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        if not line.strip():
-            return ()
-        try:
-            obj = decode_json(line)
-            event = msgspec.convert(obj, Event)
-        except msgspec.ValidationError:
-            return ()
-        except msgspec.DecodeError:
-            if len(self.output) < 64 * 1024:
-                self.output += line + b"\n"
-            return ()
-        return self._handle(event, obj)
+        decoded = decode_line(line, Event, self.sample)
+        return () if decoded is None else self._handle(*decoded)
 
     def _handle(self, event: Event, obj: dict[str, Any]) -> list[AgentEvent]:
         data = event.data
@@ -168,7 +165,7 @@ class _Parser(OutputParser):
                 status=status if isinstance(status, int) else None,
             )
         if result is None or result.exit_code or outcome.exit_code:
-            raise self.executor.no_result_error(outcome, bytes(self.output), self.options)
+            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
         return AgentResult(
             text=self.answer,
             session_id=result.session_id,

@@ -20,8 +20,10 @@ from shep.agents.cli import (
     Command,
     JsonDocument,
     OutputParser,
+    OutputSample,
     Scratch,
     decode_json,
+    decode_line,
     has_write_tools,
 )
 from shep.agents.failures import agent_failure, output_error
@@ -216,7 +218,7 @@ class _StreamParser(OutputParser):
         self.session_id: str | None = None
         self.result: ResultLine | None = None
         self.raw: dict[str, Any] = {}
-        self.output = bytearray()
+        self.sample = OutputSample()
         self._turn_text: list[str] = []
 
     @property
@@ -224,17 +226,10 @@ class _StreamParser(OutputParser):
         return self.result is not None
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        if not line.strip():
+        decoded = decode_line(line, Line, self.sample)
+        if decoded is None:
             return ()
-        try:
-            obj = decode_json(line)
-            event = msgspec.convert(obj, Line)
-        except msgspec.ValidationError:
-            return ()
-        except msgspec.DecodeError:
-            if len(self.output) < 64 * 1024:
-                self.output += line + b"\n"
-            return ()
+        event, obj = decoded
         if isinstance(event, Init):
             self.session_id = event.session_id
             return [SessionStarted(session_id=event.session_id, model=event.model)]
@@ -266,7 +261,7 @@ class _StreamParser(OutputParser):
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         result = self.result
         if result is None:
-            raise self.executor.no_result_error(outcome, bytes(self.output), self.options)
+            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
         if result.status != "success":
             message, status = _error_message(result.error or ErrorDetail(message=result.status))
             raise agent_failure(self.spec, message, exit_code=outcome.exit_code, status=status)

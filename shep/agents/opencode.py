@@ -14,7 +14,14 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, decode_json
+from shep.agents.cli import (
+    CliExecutor,
+    Command,
+    OutputParser,
+    OutputSample,
+    Scratch,
+    decode_line,
+)
 from shep.agents.failures import agent_failure
 from shep.agents.model import (
     AgentEvent,
@@ -87,7 +94,7 @@ class _Parser(OutputParser):
         self.steps = 0
         self.error: ErrorInfo | None = None
         self.raw: dict[str, Any] = {}
-        self.output = bytearray()
+        self.sample = OutputSample()
         self._step_text: list[str] = []
         self._answer = ""
         self._done = False
@@ -97,17 +104,10 @@ class _Parser(OutputParser):
         return self._done
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        if not line.strip():
+        decoded = decode_line(line, Line, self.sample)
+        if decoded is None:
             return ()
-        try:
-            obj = decode_json(line)
-            event = msgspec.convert(obj, Line)
-        except msgspec.ValidationError:
-            return ()
-        except msgspec.DecodeError:
-            if len(self.output) < 64 * 1024:
-                self.output += line + b"\n"
-            return ()
+        event, obj = decoded
         events: list[AgentEvent] = []
         if event.session_id and self.session_id is None:
             self.session_id = event.session_id
@@ -170,7 +170,7 @@ class _Parser(OutputParser):
                 status=data.status_code,
             )
         if not self.steps or outcome.exit_code:
-            raise self.executor.no_result_error(outcome, bytes(self.output), self.options)
+            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
         return AgentResult(
             text=self._answer,
             session_id=self.session_id,
