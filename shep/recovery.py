@@ -65,3 +65,22 @@ def find_orphans(
                 )
             )
     return orphans
+
+
+def orphan_after(conn: apsw.Connection) -> float:
+    """The ``orphan_after`` setting, read straight from the settings stream (no fold needed)."""
+    import msgspec
+
+    from events.settings import SETTINGS_STREAM_ID, SettingChanged
+
+    topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
+    value = DEFAULT_ORPHAN_AFTER
+    for (state,) in conn.execute(
+        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
+        "ORDER BY originator_version",
+        (SETTINGS_STREAM_ID.hex, topic),
+    ):
+        event = msgspec.json.decode(state, type=SettingChanged)
+        if event.key == "orphan_after":
+            value = float(event.value)
+    return value

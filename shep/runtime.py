@@ -6,6 +6,8 @@ read side (apsw and msgspec), and only writing commands import eventsourcing.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +58,48 @@ class Runtime:
             ensure_home(self.home)
             self._store = EventStore(self.db_path)
         return self._store
+
+    def check_orphans(self) -> int:
+        """Mark running runs whose worker is gone as interrupted; say so in one line.
+
+        Cheap when nothing is running: one indexed read of the runs projection.
+        """
+        if not self.db_path.exists():
+            return 0
+        from shep.identity import host_name
+        from shep.recovery import find_orphans, orphan_after
+
+        conn = self.read_db()
+        if conn.execute("SELECT 1 FROM runs WHERE status='running' LIMIT 1").fetchone() is None:
+            return 0
+        orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
+        if not orphans:
+            return 0
+        from uuid import UUID
+
+        from commands.errors import InvalidTransitionError
+        from commands.mark_interrupted import mark_interrupted
+        from events.errors import ConcurrencyError
+        from projections.runner import catch_up
+
+        marked = 0
+        for orphan in orphans:
+            try:
+                mark_interrupted(
+                    self.store(),
+                    UUID(orphan.run_id),
+                    reason=orphan.reason,
+                    detected_by_pid=os.getpid(),
+                    detected_by_host=host_name(),
+                )
+                marked += 1
+            except (InvalidTransitionError, ConcurrencyError):
+                continue  # another process got there first, or the run just ended
+        catch_up(conn)
+        if marked:
+            noun = "run" if marked == 1 else "runs"
+            print(f"{marked} interrupted {noun}: shep status", file=sys.stderr)
+        return marked
 
     def require_home(self) -> None:
         if not self.home.exists():

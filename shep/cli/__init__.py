@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
 }
 
 INTERNAL_ERROR_EXIT = 70
+#: Commands that must not touch the store before they run.
+_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows"})
 
 
 class LazyGroup(click.Group):
@@ -65,6 +67,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.obj = Runtime.from_environment(debug=debug)
     ctx.call_on_close(ctx.obj.close)
+    if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
+        ctx.obj.check_orphans()
 
 
 def _debug_requested(argv: list[str]) -> bool:
