@@ -13,6 +13,7 @@ from uuid import UUID
 
 from commands.errors import InvalidTransitionError, RunNotFoundError
 from events.base import Event, utc_now
+from events.errors import ConcurrencyError
 from events.runs import (
     ApprovalAwaited,
     NodeCompleted,
@@ -189,13 +190,31 @@ def next_events(state: RunState, items: Sequence[tuple[type[E], dict[str, Any]]]
     return events
 
 
+#: How often a command reloads and decides again when another writer got there first.
+CONFLICT_RETRIES = 5
+
+
 def append_to_run(
     store: EventStore, run_id: UUID, items: Sequence[tuple[type[E], dict[str, Any]]]
 ) -> tuple[RunState, list[E]]:
-    """Load the run, check each transition, append the events in one transaction."""
-    state = load_run(store, run_id)
-    events = next_events(state, items)
-    store.append(events)
-    for event in events:
-        state.apply(event)
-    return state, events
+    """Load the run, check each transition, append the events in one transaction.
+
+    A run's stream has several writers (the worker's graph, its heartbeat thread,
+    a cancel from another process). When one appends between our load and our
+    append, the store refuses ours with ``ConcurrencyError``; we then reload and
+    decide again on the new state (which may now refuse the transition), a few
+    times before giving up. Nothing is ever appended on a stale decision.
+    """
+    for attempt in range(CONFLICT_RETRIES):
+        state = load_run(store, run_id)
+        events = next_events(state, items)
+        try:
+            store.append(events)
+        except ConcurrencyError:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise
+            continue
+        for event in events:
+            state.apply(event)
+        return state, events
+    raise AssertionError("unreachable")

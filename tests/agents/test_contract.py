@@ -149,8 +149,7 @@ def test_tool_calls_become_tool_use_and_tool_result(fake: Fake, case: Case) -> N
     ("case", "failure"), FAILURES, ids=[f"{c.agent}-{f.name}" for c, f in FAILURES]
 )
 def test_captured_failures_become_typed_errors(fake: Fake, case: Case, failure: Failure) -> None:
-    """Each captured error (401, 429, 529, 500, unknown session, exit 0 with an error)
-    raises its exact error type with the agent's own message."""
+    """Each captured failure raises its exact error type carrying the agent's own message."""
     executor = fake.executor(
         case.agent,
         failure.stdout,

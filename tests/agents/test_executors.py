@@ -437,3 +437,20 @@ def test_aider_answer_after_a_retried_error_is_a_success(fake: Fake) -> None:
         "RateLimitError: RateLimitError: OpenAIException - fake error 429 The API provider has "
         "rate limited you. Try again later or check your quotas."
     ]
+
+
+def test_claude_tool_run_counts_both_turns(fake: Fake) -> None:
+    """A run with a tool call reports the CLI's num_turns (2) and the final answer."""
+    result = fake.executor("claude-code", "claude-tool-write-json.txt").execute(
+        PROMPT, AgentOptions(allowed_tools=("Write",))
+    )
+    assert (result.turns, result.text) == (2, "Done: I created hello.txt.")
+    assert fake.argv()[-2:] == ["--allowedTools", "Write"]
+
+
+def test_continue_write_tools_run_in_auto_mode(fake: Fake) -> None:
+    """With a write tool cn runs --auto (Write and Edit tools) and its answer is returned."""
+    executor = fake.executor("continue", "continue-tool-write-json.txt")
+    result = executor.execute(PROMPT, AgentOptions(allowed_tools=("Write",)))
+    assert result.text == "Done: I created hello.txt."
+    assert "--auto" in fake.argv()

@@ -33,13 +33,30 @@ def fake_claude(tmp_path: Path) -> Path:
 def test_configure_with_token_from_stdin(fake_claude: Path, shep_home: Path) -> None:
     """--token-stdin stores the token in a 0600 file; the event says only that one is set."""
     result = subprocess.run(
-        [sys.executable, "-m", "shep", "settings", "agent", "--agent", "claude-code",
-         "--auth", "token", "--token-stdin", "--model", "opus", "--binary", str(fake_claude)],
-        input=TOKEN + "\n", capture_output=True, text=True, env=os.environ.copy(), check=False,
+        [
+            sys.executable,
+            "-m",
+            "shep",
+            "settings",
+            "agent",
+            "--agent",
+            "claude-code",
+            "--auth",
+            "token",
+            "--token-stdin",
+            "--model",
+            "opus",
+            "--binary",
+            str(fake_claude),
+        ],
+        input=TOKEN + "\n",
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (
-        "Configured claude-code 2.1.197 (auth: token, model: opus).\n")
+    assert result.stdout == ("Configured claude-code 2.1.197 (auth: token, model: opus).\n")
     secrets = shep_home / "secrets"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
     assert json.loads(secrets.read_text()) == {"claude-code": TOKEN}
@@ -54,12 +71,31 @@ def test_configure_with_token_from_stdin(fake_claude: Path, shep_home: Path) -> 
 def test_token_never_reaches_database_logs_or_output(fake_claude: Path, shep_home: Path) -> None:
     """After configuring a token, no byte of the database, WAL or any log holds it."""
     subprocess.run(
-        [sys.executable, "-m", "shep", "settings", "agent", "--agent", "claude-code",
-         "--auth", "token", "--token-stdin", "--binary", str(fake_claude)],
-        input=TOKEN + "\n", capture_output=True, text=True, env=os.environ.copy(), check=True,
+        [
+            sys.executable,
+            "-m",
+            "shep",
+            "settings",
+            "agent",
+            "--agent",
+            "claude-code",
+            "--auth",
+            "token",
+            "--token-stdin",
+            "--binary",
+            str(fake_claude),
+        ],
+        input=TOKEN + "\n",
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        check=True,
     )
-    outputs = [shep("settings", "show").stdout, shep("settings", "show", "--json").stdout,
-               shep("status").stderr]
+    outputs = [
+        shep("settings", "show").stdout,
+        shep("settings", "show", "--json").stdout,
+        shep("status").stderr,
+    ]
     needle = TOKEN.encode()
     for path in shep_home.rglob("*"):
         if path.is_file() and path.name != "secrets":
@@ -71,8 +107,9 @@ def test_token_never_reaches_database_logs_or_output(fake_claude: Path, shep_hom
 
 def test_missing_binary_gives_install_hint(shep_home: Path, tmp_path: Path) -> None:
     """A binary that is not there: one line with the install command, non-zero exit."""
-    result = shep("settings", "agent", "--agent", "claude-code",
-                  "--binary", str(tmp_path / "nope" / "claude"))
+    result = shep(
+        "settings", "agent", "--agent", "claude-code", "--binary", str(tmp_path / "nope" / "claude")
+    )
     assert result.returncode != 0
     assert result.stderr.count("\n") == 1
     assert "npm install -g @anthropic-ai/claude-code" in result.stderr
@@ -91,14 +128,21 @@ def test_no_terminal_and_no_flags_is_clear(shep_home: Path) -> None:
     """Without a terminal the wizard cannot run: say which flag to pass."""
     result = shep("settings", "agent")
     assert result.returncode == 2
-    assert result.stderr == (
-        "shep: No terminal for the wizard: pass --agent TYPE (and --auth).\n")
+    assert result.stderr == ("shep: No terminal for the wizard: pass --agent TYPE (and --auth).\n")
 
 
 def test_token_auth_without_token_is_refused(fake_claude: Path, shep_home: Path) -> None:
     """--auth token with no --token-stdin is refused before anything is stored."""
-    result = shep("settings", "agent", "--agent", "claude-code", "--auth", "token",
-                  "--binary", str(fake_claude))
+    result = shep(
+        "settings",
+        "agent",
+        "--agent",
+        "claude-code",
+        "--auth",
+        "token",
+        "--binary",
+        str(fake_claude),
+    )
     assert result.returncode == 2
     assert "needs a token" in result.stderr
     assert not (shep_home / "secrets").exists()
@@ -107,7 +151,8 @@ def test_token_auth_without_token_is_refused(fake_claude: Path, shep_home: Path)
 def test_settings_set_and_show(shep_home: Path) -> None:
     """Plain settings are validated, recorded as events, and shown."""
     assert shep("settings", "set", "heartbeat_interval", "5", check=True).stdout == (
-        "heartbeat_interval = 5\n")
+        "heartbeat_interval = 5\n"
+    )
     bad = shep("settings", "set", "heartbeat_interval", "soon")
     assert bad.returncode == 2
     assert bad.stderr == "shep: 'soon' is not a number of seconds.\n"
@@ -122,16 +167,24 @@ def test_settings_set_and_show(shep_home: Path) -> None:
 def test_wizard_through_pipe_input() -> None:
     """The wizard takes agent type, auth, a hidden token and a model from prompt-toolkit input."""
     with create_pipe_input() as pipe:
-        pipe.send_text("codex\r" "token\r" "sk-wizard-token\r" "gpt-5.5\r")
+        pipe.send_text("codex\rtoken\rsk-wizard-token\rgpt-5.5\r")
         choice = run_wizard(dict(AGENT_SPECS), input=pipe, output=DummyOutput())
     assert (choice.agent_type, choice.auth_method, choice.token, choice.model) == (
-        "codex", "token", "sk-wizard-token", "gpt-5.5")
+        "codex",
+        "token",
+        "sk-wizard-token",
+        "gpt-5.5",
+    )
 
 
 def test_wizard_rejects_unknown_type_then_accepts() -> None:
     """An unknown agent type is refused by the validator; the next answer is taken."""
     with create_pipe_input() as pipe:
-        pipe.send_text("clippy\r" + "\x7f" * 6 + "gemini-cli\r" "\r" "\r")
+        pipe.send_text("clippy\r" + "\x7f" * 6 + "gemini-cli\r\r\r")
         choice = run_wizard(dict(AGENT_SPECS), input=pipe, output=DummyOutput())
     assert (choice.agent_type, choice.auth_method, choice.token, choice.model) == (
-        "gemini-cli", "session", None, None)
+        "gemini-cli",
+        "session",
+        None,
+        None,
+    )

@@ -1,0 +1,121 @@
+"""`shep run analyze-repository` end to end, with a fake claude as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import shep
+from tests.runtime.conftest import agent_calls
+
+
+def test_run_without_agent_is_one_line(repo: Path) -> None:
+    """No agent configured: the message says how to configure one, exit 2."""
+    result = shep("run", "analyze-repository", "--repo", str(repo))
+    assert result.returncode == 2
+    assert result.stderr == "shep: No agent configured. Run `shep settings agent`.\n"
+
+
+def test_analyze_repository_completes_and_writes_report(
+    repo: Path, fake_claude: Path, agent_log: Path
+) -> None:
+    """All four nodes run once in order, the session carries over, shep writes the report."""
+    result = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "completed" in result.stderr
+    report = (repo / "shep-analysis.md").read_text()
+    assert report.startswith("# Repository analysis: fake")
+    calls = agent_calls(agent_log)
+    assert [(c["node"], c["phase"]) for c in calls] == [
+        (n, p) for n in ("scan", "dependencies", "patterns", "report") for p in ("start", "done")
+    ]
+    starts = [c for c in calls if c["phase"] == "start"]
+    assert starts[0]["resume"] is None
+    assert all(s["resume"] for s in starts[1:]), "later nodes resume the agent's session"
+    runs = json.loads(shep("status", "--all", "--json", check=True).stdout)
+    assert len(runs) == 1
+    assert runs[0]["status"] == "completed"
+    assert (runs[0]["completed_nodes"], runs[0]["total_nodes"]) == (4, 4)
+    detail = json.loads(shep("status", runs[0]["run_id"], "--json", check=True).stdout)
+    assert {n["node"]: n["status"] for n in detail["nodes"]} == dict.fromkeys(
+        ("scan", "dependencies", "patterns", "report"), "completed"
+    )
+    assert all(n["agent_session_id"] for n in detail["nodes"])
+    logs = shep("logs", runs[0]["run_id"], "--json", check=True).stdout.splitlines()
+    kinds = [json.loads(line)["kind"] for line in logs]
+    assert kinds[0] == "run.created"
+    assert kinds[-1] == "run.completed"
+    assert kinds.count("node.completed") == 4
+    assert "artifact" in kinds
+    assert shep("audit", "verify", check=True).stdout.startswith("OK: ")
+
+
+def test_agent_written_report_is_kept(
+    repo: Path, fake_claude: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the agent wrote shep-analysis.md itself, shep keeps it and records who wrote it."""
+    monkeypatch.setenv("FAKE_WRITE_REPORT", "1")
+    result = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (repo / "shep-analysis.md").read_text() == "# Written by the agent itself\n"
+    run_id = json.loads(shep("status", "--all", "--json").stdout)[0]["run_id"]
+    artifact = [
+        json.loads(x)
+        for x in shep("logs", run_id, "--json").stdout.splitlines()
+        if json.loads(x)["kind"] == "artifact"
+    ]
+    assert len(artifact) == 1
+    assert "shep-analysis.md" in artifact[0]["message"]
+
+
+def test_auth_error_fails_the_run_without_retry(
+    repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 401 is not retried: the node and the run fail, exit 1, with the agent's message."""
+    monkeypatch.setenv("FAKE_FAIL", "401")
+    result = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    assert result.returncode == 1
+    assert "Invalid API key" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len([c for c in agent_calls(agent_log) if c["phase"] == "start"]) == 1
+    run = json.loads(shep("status", "--all", "--json").stdout)[0]
+    assert run["status"] == "failed"
+    assert run["error"].startswith("AgentAuthError: ")
+
+
+def test_overload_is_retried_then_completes(
+    repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 529 on each node's first call is retried; the run completes with attempt 2 recorded."""
+    monkeypatch.setenv("FAKE_FAIL", "529-once")
+    result = shep("run", "analyze-repository", "--repo", str(repo), timeout=240)
+    assert result.returncode == 0, result.stderr
+    starts = [c["node"] for c in agent_calls(agent_log) if c["phase"] == "start"]
+    assert starts == [
+        "scan",
+        "scan",
+        "dependencies",
+        "dependencies",
+        "patterns",
+        "patterns",
+        "report",
+        "report",
+    ]
+    run_id = json.loads(shep("status", "--all", "--json").stdout)[0]["run_id"]
+    kinds = [json.loads(x)["kind"] for x in shep("logs", run_id, "--json").stdout.splitlines()]
+    assert kinds.count("node.failed") == 4
+    assert kinds.count("node.completed") == 4
+
+
+def test_timeout_kills_agent_and_fails_node(
+    repo: Path, fake_claude: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--timeout bounds each agent call: the hung agent is killed and the run fails."""
+    monkeypatch.setenv("FAKE_FAIL", "hang")
+    result = shep("run", "analyze-repository", "--repo", str(repo), "--timeout", "1", timeout=120)
+    assert result.returncode == 1
+    run = json.loads(shep("status", "--all", "--json").stdout)[0]
+    assert run["status"] == "failed"
+    assert run["error"].startswith("AgentTimeoutError")
