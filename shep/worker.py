@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from uuid import UUID
 
+from commands.run_state import RunStatus, load_run
+from events.errors import ShepError
+from events.store import EventStore
 from shep.recovery import pid_alive
 
 
@@ -101,3 +104,22 @@ def _group_alive(group: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class WorkerNotAssignedError(ShepError):
+    """The launcher never recorded this worker as the run's worker."""
+
+
+def wait_until_assigned(store: EventStore, run_id: UUID, pid: int, *, timeout: float = 60) -> None:
+    """Block until the run is running with ``pid`` as its worker (the launcher records it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = load_run(store, run_id)
+        if state.status is RunStatus.RUNNING and state.pid == pid:
+            return
+        if time.monotonic() > deadline:
+            raise WorkerNotAssignedError(
+                f"Run {run_id.hex[:8]} was not handed to worker {pid} "
+                f"(it is {state.status.value}, worker {state.pid}); exiting."
+            )
+        time.sleep(0.02)

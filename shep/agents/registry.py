@@ -14,6 +14,7 @@ from shep.agents import (
     continue_cli,
     copilot,
     cursor,
+    demo,
     gemini,
     opencode,
     qwen_code,
@@ -39,6 +40,7 @@ AGENT_SPECS: Mapping[str, AgentSpec] = MappingProxyType(
             continue_cli.SPEC,
             cursor.SPEC,
             copilot.SPEC,
+            demo.SPEC,
         )
     }
 )
@@ -82,6 +84,8 @@ def probe_version(agent_type: str, binary: str | None = None, *, timeout: float 
     missing, ``AgentError`` if it fails or does not answer within ``timeout`` s.
     """
     spec = get_spec(agent_type)
+    if not spec.binary:
+        return spec.verified_version or "built-in"
     executable = binary or spec.binary
     try:
         done = subprocess.run(

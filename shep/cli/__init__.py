@@ -29,11 +29,12 @@ COMMANDS: dict[str, str] = {
     "cancel": "shep.cli.run:cancel",
     "workflows": "shep.cli.run:workflows",
     "_worker": "shep.cli.run:worker",
+    "demo": "shep.cli.demo:demo",
 }
 
 INTERNAL_ERROR_EXIT = 70
 #: Commands that must not touch the store before they run.
-_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows"})
+_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo"})
 
 
 class LazyGroup(click.Group):

@@ -167,7 +167,7 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
 @click.pass_obj
 def worker(runtime: Runtime, run_id: str, is_resume: bool, timeout: float | None) -> None:
     """Execute a run in this (detached) process."""
-    _execute(runtime, UUID(run_id), resume=is_resume, background=True, timeout=timeout)
+    execute_run(runtime, UUID(run_id), resume=is_resume, background=True, timeout=timeout)
 
 
 def _check_binary(agent_type: str, binary: str | None) -> None:
@@ -235,9 +235,23 @@ def _launch(
     runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
 ) -> None:
     if background:
-        from shep.worker import spawn_worker
+        from commands.resume_run import resume_run
+        from commands.start_run import start_run
+        from shep.identity import host_name
+        from shep.worker import log_path, spawn_worker
 
         pid = spawn_worker(runtime.home, run_id, resume=resume, timeout=timeout)
+        # Recorded here, not by the worker: a worker that dies while still importing
+        # is then a running run with a dead pid, which recovery marks interrupted.
+        begin = resume_run if resume else start_run
+        begin(
+            runtime.store(),
+            run_id,
+            pid=pid,
+            host=host_name(),
+            background=True,
+            log_path=str(log_path(runtime.home, run_id)),
+        )
         click.echo(run_id.hex)
         click.echo(
             f"Started worker {pid} in the background. Follow it with "
@@ -245,11 +259,17 @@ def _launch(
             err=True,
         )
         return
-    _execute(runtime, run_id, resume=resume, background=False, timeout=timeout)
+    execute_run(runtime, run_id, resume=resume, background=False, timeout=timeout)
 
 
-def _execute(
-    runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
+def execute_run(
+    runtime: Runtime,
+    run_id: UUID,
+    *,
+    resume: bool,
+    background: bool,
+    timeout: float | None,
+    exit_on_failure: bool = True,
 ) -> None:
     import os
 
@@ -260,7 +280,7 @@ def _execute(
     from shep.progress import Progress
     from shep.runner import Runner
     from shep.settings import load_settings
-    from shep.worker import log_path
+    from shep.worker import wait_until_assigned
 
     store = runtime.store()
     settings = load_settings(store)
@@ -274,9 +294,12 @@ def _execute(
         progress=Progress(0),
     )
     runner.progress.total = len(runner.plan.workflow.steps)
-    log = str(log_path(runtime.home, run_id)) if background else None
-    begin = resume_run if resume else start_run
-    begin(store, run_id, pid=os.getpid(), host=host_name(), background=background, log_path=log)
+    if background:
+        # The launcher records the start with this worker's pid; wait until it has.
+        wait_until_assigned(store, run_id, os.getpid())
+    else:
+        begin = resume_run if resume else start_run
+        begin(store, run_id, pid=os.getpid(), host=host_name())
     short = run_id.hex[:8]
     if not background:
         click.echo(
@@ -290,12 +313,13 @@ def _execute(
         return
     if status is RunStatus.INTERRUPTED:
         click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        if exit_on_failure:
+            sys.exit(EXIT_INTERRUPTED)
+        return
     detail = (
         runtime.read_db().execute("SELECT error FROM runs WHERE run_id=?", (run_id.hex,)).fetchone()
     )
-    click.echo(
-        f"Run {short} {status.value}: {detail[0] if detail and detail[0] else ''}".rstrip(": "),
-        err=True,
-    )
-    sys.exit(EXIT_FAILED)
+    reason = f": {detail[0]}" if detail and detail[0] else ""
+    click.echo(f"Run {short} {status.value}{reason}", err=True)
+    if exit_on_failure:
+        sys.exit(EXIT_FAILED)

@@ -129,7 +129,10 @@ def run_wizard(
     session: PromptSession[str] = PromptSession(input=input, output=output)
     lines = ["Agent CLIs:"]
     for name, spec in sorted(specs.items()):
-        mark = "installed" if shutil.which(spec.binary) else "not installed"
+        if not spec.binary:
+            mark = "built in"
+        else:
+            mark = "installed" if shutil.which(spec.binary) else "not installed"
         lines.append(f"  {name:<12} {spec.label} ({mark})")
     session.app.output.write(("\n".join(lines) + "\n").replace("\x1b", "?"))
     agent_type = session.prompt(

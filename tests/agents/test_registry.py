@@ -43,10 +43,12 @@ SUPPORTS = {
 
 
 def test_every_agent_type_is_registered() -> None:
-    """AGENT_SPECS has exactly the nine agent types, each keyed by its own type name."""
-    assert tuple(AGENT_SPECS) == TYPES
+    """AGENT_SPECS has the nine agent CLIs and the built-in demo, each keyed by its type name."""
+    assert tuple(AGENT_SPECS) == (*TYPES, "demo")
     for name, spec in AGENT_SPECS.items():
         assert spec.type == name
+        if name == "demo":
+            continue
         assert spec.binary
         assert spec.install_hint
         assert spec.token_env
@@ -88,7 +90,7 @@ def test_unknown_agent_type_lists_the_known_ones() -> None:
         create_executor("clippy")
     assert str(caught.value) == (
         "Unknown agent type 'clippy'. Known types: claude-code, codex, gemini-cli, opencode, "
-        "qwen-code, aider, continue, cursor, copilot. Choose one with `shep settings agent`."
+        "qwen-code, aider, continue, cursor, copilot, demo. Choose one with `shep settings agent`."
     )
 
 
@@ -164,3 +166,15 @@ def test_samples_path_is_inside_the_repository() -> None:
     """The test samples live in tests/agents/samples (no dependency on ../shared)."""
     here = Path(__file__).parent
     assert (here / "samples" / "README.md").is_file()
+
+
+def test_demo_agent_is_built_in_and_labelled() -> None:
+    """The demo agent needs no binary; its answers say they come from a demo."""
+    from shep.agents import AgentOptions
+
+    assert probe_version("demo") == "built-in"
+    executor = create_executor("demo", env={"SHEP_DEMO_DELAY": "0"})
+    result = executor.execute("Describe its structure", AgentOptions(cwd="."))
+    assert "[demo agent" in result.text
+    assert result.session_id is not None
+    assert result.session_id.startswith("demo-")
