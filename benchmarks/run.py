@@ -205,6 +205,20 @@ def bench_follow_latency(home: Path, samples: int) -> dict[str, float]:
     }
 
 
+def bench_resume(workdir: Path, kills: int) -> dict[str, float]:
+    """SIGKILL background workers at random moments and resume: count re-executed nodes."""
+    from tests.runtime.chaos import Chaos
+
+    workdir.mkdir()
+    report = Chaos(workdir, seed=11).run(kills)
+    return {
+        "resume_kills": report.kills,
+        "resume_runs": len(report.runs),
+        "resume_reexecuted_nodes": report.reexecuted_nodes,
+        "resume_all_completed": set(report.statuses.values()) == {"completed"},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -239,6 +253,7 @@ def main() -> None:
         from benchmarks.checkpointer import bench as bench_checkpointer  # imports langgraph
 
         results.update(bench_checkpointer(quick))
+        results.update(bench_resume(work / "chaos", kills=5 if quick else 20))
     print(json.dumps(results, indent=None if args.json else 2))
 
 

@@ -29,7 +29,17 @@ def log(**fields: object) -> None:
     path = os.environ.get("FAKE_AGENT_LOG")
     if path:
         with open(path, "a") as f:
-            f.write(json.dumps({**fields, "time": time.time(), "pid": os.getpid()}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        **fields,
+                        "time": time.time(),
+                        "pid": os.getpid(),
+                        "run": os.environ.get("SHEP_RUN_ID"),
+                    }
+                )
+                + "\n"
+            )
             f.flush()
             os.fsync(f.fileno())
 
