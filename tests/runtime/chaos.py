@@ -6,6 +6,7 @@ Everything is real: a fake agent CLI subprocess, detached shep workers, SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -119,10 +120,8 @@ class Chaos:
         if row["status"] != "running":
             return False
         pid = int(row["pid"])
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + 10
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
