@@ -208,6 +208,7 @@ def _run_analysis(
         sessions = {nodes[n]["agent_session_id"] for n in NODES}
         assert all(sessions), nodes
         assert len(sessions) == 1, f"the later nodes did not continue the session: {sessions}"
+        assert run["agent_session_id"] in sessions, run
 
     lines = [json.loads(x) for x in shep("logs", run["run_id"], "--json").stdout.splitlines()]
     kinds = [line["kind"] for line in lines]
