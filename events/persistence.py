@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import apsw
@@ -520,6 +520,9 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
         return ids
 
 
+R = TypeVar("R", bound=ApswRecorder)
+
+
 class ApswFactory(InfrastructureFactory[ApswTrackingRecorder]):
     """Builds apsw recorders from the environment (``APSW_DBNAME``, ...)."""
 
@@ -562,41 +565,30 @@ class ApswFactory(InfrastructureFactory[ApswTrackingRecorder]):
         )
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
-        recorder = self.aggregate_recorder_class(self.datastore, "stored_" + purpose)
-        if self.env_create_table():
-            recorder.create_table()
-        return recorder
+        return self._ready(self.aggregate_recorder_class(self.datastore, "stored_" + purpose))
 
     def application_recorder(self) -> ApplicationRecorder:
-        topic = self.env.get(self.APPLICATION_RECORDER_TOPIC)
-        cls: type[ApswApplicationRecorder] = (
-            resolve_topic(topic) if topic else self.application_recorder_class
-        )
-        recorder = cls(self.datastore)
-        if self.env_create_table():
-            recorder.create_table()
-        return recorder
+        cls = self._configured(self.APPLICATION_RECORDER_TOPIC, self.application_recorder_class)
+        return self._ready(cls(self.datastore))
 
     def tracking_recorder(
         self, tracking_recorder_class: type[ApswTrackingRecorder] | None = None
     ) -> ApswTrackingRecorder:
-        if tracking_recorder_class is None:
-            topic = self.env.get(self.TRACKING_RECORDER_TOPIC)
-            tracking_recorder_class = (
-                resolve_topic(topic) if topic else self.tracking_recorder_class
-            )
-        assert tracking_recorder_class is not None
-        recorder = tracking_recorder_class(self.datastore)
-        if self.env_create_table():
-            recorder.create_table()
-        return recorder
+        cls = tracking_recorder_class or self._configured(
+            self.TRACKING_RECORDER_TOPIC, self.tracking_recorder_class
+        )
+        return self._ready(cls(self.datastore))
 
     def process_recorder(self) -> ProcessRecorder:
-        topic = self.env.get(self.PROCESS_RECORDER_TOPIC)
-        cls: type[ApswProcessRecorder] = (
-            resolve_topic(topic) if topic else self.process_recorder_class
-        )
-        recorder = cls(self.datastore)
+        cls = self._configured(self.PROCESS_RECORDER_TOPIC, self.process_recorder_class)
+        return self._ready(cls(self.datastore))
+
+    def _configured(self, key: str, default: type[R]) -> type[R]:
+        """The recorder class named by the environment's topic ``key``, else ``default``."""
+        topic = self.env.get(key)
+        return resolve_topic(topic) if topic else default
+
+    def _ready(self, recorder: R) -> R:
         if self.env_create_table():
             recorder.create_table()
         return recorder
