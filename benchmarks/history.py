@@ -14,6 +14,7 @@ from events.runs import (
     NodeStarted,
     RunCompleted,
     RunCreated,
+    RunInterrupted,
     RunStarted,
     Usage,
 )
@@ -64,6 +65,9 @@ def run_events(
         )
     if finish:
         yield nxt(RunCompleted, duration_ms=1000)
+    else:
+        # Unfinished runs of the past were interrupted (a live worker would be ours to see).
+        yield nxt(RunInterrupted, reason="worker gone")
 
 
 def write_history(
