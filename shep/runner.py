@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 from uuid import UUID
 
+import apsw
 import msgspec
 
 from commands.complete_run import complete_run
@@ -48,6 +49,8 @@ from events.runs import (
     Usage,
 )
 from events.store import EventStore
+from projections.database import open_database
+from projections.runner import catch_up
 from shep.agents import (
     AgentEvent,
     AgentExecutor,
@@ -433,7 +436,21 @@ class Runner:
     # -- heartbeat --------------------------------------------------------------------------
 
     def _heartbeat(self, stop: threading.Event) -> None:
+        """Record a heartbeat every interval, and keep the projections caught up meanwhile.
+
+        Catching up here (a writer) means a reader such as ``shep status`` finds
+        the projections current instead of paying for a long run's output.
+        """
         interval = self.settings.values["heartbeat_interval"]
+        projections = open_database(self.db_path)
+        try:
+            self._beat(stop, interval, projections)
+        finally:
+            with contextlib.suppress(ShepError):
+                catch_up(projections)
+            projections.close()
+
+    def _beat(self, stop: threading.Event, interval: float, projections: apsw.Connection) -> None:
         while not stop.wait(interval):
             with self._live.lock:
                 node, activity, tokens = self._live.node, self._live.activity, self._live.tokens
@@ -455,6 +472,8 @@ class Runner:
                     return
                 except ShepError:
                     break
+            with contextlib.suppress(ShepError):
+                catch_up(projections)
 
 
 class _LineJoiner:
