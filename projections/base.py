@@ -29,14 +29,22 @@ class Batch:
     stream: str = ""
     chain: bytes = b""
     _deferred: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
-    _latest: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
+    _latest: dict[tuple[str, str], tuple[Any, ...] | Callable[[], tuple[Any, ...]]] = field(
+        default_factory=dict
+    )
 
     def defer(self, statement: str, row: tuple[Any, ...]) -> None:
         """Queue a row for ``statement``; every queued row is written."""
         self._deferred.setdefault(statement, []).append(row)
 
-    def latest(self, statement: str, key: str, row: tuple[Any, ...]) -> None:
-        """Queue a row for ``statement`` keyed by ``key``; only the last row per key is written."""
+    def latest(
+        self, statement: str, key: str, row: tuple[Any, ...] | Callable[[], tuple[Any, ...]]
+    ) -> None:
+        """Queue a row for ``statement`` keyed by ``key``; only the last row per key is written.
+
+        ``row`` may be a function that makes the row: it is called only for the row
+        that is written, so costly rows of superseded events are never built.
+        """
         self._latest[(statement, key)] = row
 
     def flush(self) -> None:
@@ -44,7 +52,7 @@ class Batch:
             self.cursor.executemany(statement, rows)
         by_statement: dict[str, list[tuple[Any, ...]]] = {}
         for (statement, _), row in self._latest.items():
-            by_statement.setdefault(statement, []).append(row)
+            by_statement.setdefault(statement, []).append(row() if callable(row) else row)
         for statement, rows in by_statement.items():
             self.cursor.executemany(statement, rows)
         self._deferred.clear()

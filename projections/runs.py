@@ -181,13 +181,17 @@ def _heartbeat(b: Batch, event: Event) -> None:
 
 def _output(b: Batch, event: Event) -> None:
     assert isinstance(event, AgentOutputRecorded)
-    if event.tool_name:
-        activity = f"{event.kind} {event.tool_name}"
-    else:
-        text = event.text.strip()
-        activity = text.rsplit("\n", 1)[-1] if text else ""
-    if activity:
-        b.latest(_ACTIVITY, b.stream, (activity[:_ACTIVITY_CHARS], b.stream))
+    stream = b.stream
+
+    def row() -> tuple[str, str]:
+        if event.tool_name:
+            activity = f"{event.kind} {event.tool_name}"
+        else:
+            activity = event.text.strip().rsplit("\n", 1)[-1]
+        return (activity[:_ACTIVITY_CHARS], stream)
+
+    if event.tool_name or event.text.strip():
+        b.latest(_ACTIVITY, stream, row)
     _touch(b, event)
 
 
