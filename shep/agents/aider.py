@@ -17,10 +17,10 @@ from typing import Any
 from shep.agents.cli import (
     ARGV_PROMPT_LIMIT,
     CliExecutor,
+    CliParser,
     Command,
-    OutputParser,
-    OutputSample,
     Scratch,
+    add_usage,
     has_write_tools,
 )
 from shep.agents.failures import agent_failure, clean
@@ -53,21 +53,18 @@ def _count(number: str, thousands: str) -> int:
     return round(float(number) * (1000 if thousands else 1))
 
 
-class _Parser(OutputParser):
+class _Parser(CliParser):
     """Sorts aider's lines into banner, reply, usage and actions as they arrive."""
 
     done = False
 
     def __init__(self, executor: AiderExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
+        super().__init__(executor, options)
         self.reply: list[str] = []
         self.usage = AgentUsage()
         self.usage_line: str | None = None
         self.errors: list[str] = []
         self.edits = 0
-        self.sample = OutputSample()
         self._after_reply = False
         self._in_error = False
         self._error_pending = False
@@ -78,13 +75,11 @@ class _Parser(OutputParser):
         tokens = _TOKENS.match(text)
         if tokens:
             sent, sent_k, received, received_k, cost = tokens.groups()
-            spent = self.usage.cost_usd
-            if cost:
-                spent = (spent or 0.0) + float(cost)
-            self.usage = AgentUsage(
-                input_tokens=self.usage.input_tokens + _count(sent, sent_k),
-                output_tokens=self.usage.output_tokens + _count(received, received_k),
-                cost_usd=spent,
+            self.usage = add_usage(
+                self.usage,
+                input_tokens=_count(sent, sent_k),
+                output_tokens=_count(received, received_k),
+                cost_usd=float(cost) if cost else None,
             )
             self.usage_line = text
             self._after_reply = True
@@ -126,7 +121,7 @@ class _Parser(OutputParser):
         if self.errors and (self._error_pending or not text):
             raise agent_failure(self.spec, self.errors[-1], exit_code=outcome.exit_code)
         if outcome.exit_code or (not text and self.usage_line is None):
-            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
+            raise self.no_result(outcome)
         raw: dict[str, Any] = {"usage_line": self.usage_line}
         if self.errors:
             raw["errors"] = [clean(e) for e in self.errors]
@@ -150,6 +145,7 @@ class AiderExecutor(CliExecutor):
 
     features = frozenset({"tool-scoping"})
     handled = frozenset({"allowed_tools", "model"})
+    output_parser = _Parser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -164,9 +160,6 @@ class AiderExecutor(CliExecutor):
         else:
             args += [f"--message={prompt}"]
         return Command(args=args, stdin=None)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        return _Parser(self, options)
 
 
 SPEC = AgentSpec(

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
 from shep.agents.cli import (
     CliExecutor,
+    CliParser,
     Command,
-    JsonDocument,
-    OutputParser,
-    OutputSample,
+    JsonDocumentParser,
     Scratch,
+    as_text,
     decode_json,
-    parse_structured,
 )
 from shep.agents.failures import agent_failure, output_error
 from shep.agents.model import (
@@ -120,34 +119,26 @@ def tool_output(content: Any) -> str:
         ]
         if len(texts) == len(content):
             return "\n".join(texts)
-    return msgspec.json.encode(content).decode()
+    return as_text(content)
 
 
 # -- parsing -----------------------------------------------------------------------------
 
 
-class MessageStreamParser(OutputParser):
+class MessageStreamParser(CliParser):
     """Claude-style message objects, fed one by one (stream lines or a JSON array).
 
-    ``answer_error`` matches an answer that is really an error report (Qwen Code
-    answers ``[API Error: ...]`` with exit code 0); its first group is the message.
-    Subclasses handle object types only their CLI prints in ``other``.
+    Subclasses set ``answer_error`` to match an answer that is really an error
+    report (Qwen Code answers ``[API Error: ...]`` with exit code 0); its first
+    group is the message. They handle object types only their CLI prints in ``other``.
     """
 
-    def __init__(
-        self,
-        executor: CliExecutor,
-        options: AgentOptions,
-        *,
-        answer_error: re.Pattern[str] | None = None,
-    ) -> None:
-        self.executor = executor
-        self.answer_error = answer_error
-        self.spec: AgentSpec = executor.spec
-        self.options = options
+    answer_error: ClassVar[re.Pattern[str] | None] = None
+
+    def __init__(self, executor: CliExecutor, options: AgentOptions) -> None:
+        super().__init__(executor, options)
         self.result: ResultLine | None = None
         self.result_raw: dict[str, Any] = {}
-        self.sample = OutputSample()
         self._started = False
         self._streamed_messages: set[str] = set()
         self._message_id: str | None = None
@@ -246,17 +237,13 @@ class MessageStreamParser(OutputParser):
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         result = self.result
         if result is None:
-            raise self.executor.no_result_error(outcome, self.unused_output(), self.options)
+            raise self.no_result(outcome)
         self.check_result(result, outcome)
         structured = result.structured_output
         if structured is None:
             structured = result.structured_result
-        if structured is None and self.options.output_schema is not None:
-            structured = parse_structured(result.result)
-            if structured is None:
-                raise output_error(
-                    self.spec, "was asked for structured output but answered with", result.result
-                )
+        if structured is None:
+            structured = self.structured(result.result)
         usage = result.usage or Usage()
         return AgentResult(
             text=result.result,
@@ -273,10 +260,6 @@ class MessageStreamParser(OutputParser):
             structured_output=structured,
             raw=self.result_raw,
         )
-
-    def unused_output(self) -> bytes:
-        """What stdout held besides the objects, for the error when no result came."""
-        return bytes(self.sample)
 
     def check_result(self, result: ResultLine, outcome: ProcessOutcome) -> None:
         """Raise if the result object reports a failure."""
@@ -298,48 +281,24 @@ class MessageStreamParser(OutputParser):
             )
 
 
-class JsonResultParser(MessageStreamParser):
+class JsonResultParser(JsonDocumentParser, MessageStreamParser):
     """``--output-format json``: the whole stdout is one result object (or an array of
-    message objects, as Qwen Code prints it). Parsed once the process ended."""
+    message objects, as Qwen Code prints it). Parsed once the process ended.
 
-    def __init__(
-        self,
-        executor: CliExecutor,
-        options: AgentOptions,
-        *,
-        answer_error: re.Pattern[str] | None = None,
-    ) -> None:
-        super().__init__(executor, options, answer_error=answer_error)
-        self.document = JsonDocument()
-        self._complete = False
-
-    @property
-    def done(self) -> bool:
-        return self._complete
-
-    def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        self._complete = self.document.add(line)
-        return ()
+    The document collecting comes from ``JsonDocumentParser`` (first in the MRO), the
+    message handling and the result from ``MessageStreamParser``.
+    """
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
-        data = bytes(self.document.data)
-        if data.strip():
-            try:
-                document = decode_json(data)
-            except msgspec.DecodeError:
-                if not outcome.exit_code:
-                    raise output_error(
-                        self.spec, "printed truncated or invalid JSON", data
-                    ) from None
-                document = None
+        document = self.decoded(outcome)
+        if document is not None:
             for obj in document if isinstance(document, list) else [document]:
                 self.handle(obj)
-            if self.result is None and document is not None and not outcome.exit_code:
-                raise output_error(self.spec, "printed JSON without a result object", data)
+            if self.result is None and not outcome.exit_code:
+                raise output_error(
+                    self.spec, "printed JSON without a result object", self.unused_output()
+                )
         return super().finish(outcome)
-
-    def unused_output(self) -> bytes:
-        return bytes(self.document.data)
 
 
 # -- the executor ----------------------------------------------------------------------
@@ -355,6 +314,8 @@ class ClaudeCodeExecutor(CliExecutor):
         {"allowed_tools", "resume_session", "max_turns", "model", "system_prompt", "output_schema"}
     )
     session_missing = re.compile(r"No conversation found with session ID", re.IGNORECASE)
+    output_parser = JsonResultParser
+    stream_parser = MessageStreamParser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -377,11 +338,6 @@ class ClaudeCodeExecutor(CliExecutor):
         if options.max_turns is not None:
             args += ["--max-turns", str(options.max_turns)]
         return Command(args=args, stdin=prompt)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        if streaming:
-            return MessageStreamParser(self, options)
-        return JsonResultParser(self, options)
 
 
 SPEC = AgentSpec(

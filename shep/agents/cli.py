@@ -1,10 +1,12 @@
 """The shared shape of every CLI executor: build argv, run the process, parse its output.
 
 A concrete executor supplies two things: ``command()`` (argv and stdin for one
-call) and ``parser()`` (an ``OutputParser`` that turns stdout lines into
-normalized events and, at the end, into an ``AgentResult`` or a typed error).
-Everything else (environment, token placement, the subprocess discipline,
-dropping unsupported options, redacting the token from errors) lives here once.
+call) and ``output_parser`` (a ``CliParser`` subclass, an ``OutputParser`` that
+turns stdout lines into normalized events and, at the end, into an
+``AgentResult`` or a typed error), plus ``stream_parser`` when the CLI streams
+in another format. Everything else (environment, token placement, the
+subprocess discipline, dropping unsupported options, redacting the token from
+errors, the error for a run without a result) lives here once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shep.agents.model import (
     AgentEvent,
     AgentOptions,
     AgentResult,
+    AgentUsage,
     Completed,
     TextDelta,
 )
@@ -36,11 +39,15 @@ from shep.errors import AgentError, AgentExitError
 __all__ = [
     "ARGV_PROMPT_LIMIT",
     "CliExecutor",
+    "CliParser",
     "Command",
     "JsonDocument",
+    "JsonDocumentParser",
     "OutputParser",
     "OutputSample",
     "Scratch",
+    "add_usage",
+    "as_text",
     "decode_json",
     "decode_line",
     "has_write_tools",
@@ -98,6 +105,36 @@ def parse_structured(text: str) -> Any | None:
         return msgspec.json.decode(body.strip().encode())
     except msgspec.DecodeError:
         return None
+
+
+def as_text(value: Any) -> str:
+    """``value`` as text for a result or a tool's output: a string as it is, else its JSON."""
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def add_usage(
+    total: AgentUsage,
+    *,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    cost_usd: float | None = None,
+) -> AgentUsage:
+    """``total`` plus one step's (or turn's) counts, for CLIs that report usage per step.
+
+    The cost stays ``None`` (unknown) until a step reports one.
+    """
+    cost = total.cost_usd
+    if cost_usd is not None:
+        cost = (cost or 0.0) + cost_usd
+    return AgentUsage(
+        input_tokens=total.input_tokens + input_tokens,
+        output_tokens=total.output_tokens + output_tokens,
+        cache_read_tokens=total.cache_read_tokens + cache_read_tokens,
+        cache_write_tokens=total.cache_write_tokens + cache_write_tokens,
+        cost_usd=cost,
+    )
 
 
 class OutputSample:
@@ -205,6 +242,74 @@ class OutputParser(Protocol):
         ...
 
 
+class CliParser(OutputParser):
+    """Base of the executors' parsers: the call it parses, and the stdout it could not use."""
+
+    def __init__(self, executor: CliExecutor, options: AgentOptions) -> None:
+        self.executor = executor
+        self.spec: AgentSpec = executor.spec
+        self.options = options
+        self.sample = OutputSample()
+
+    def unused_output(self) -> bytes:
+        """What stdout held that the parser did not use, to quote when no result came."""
+        return bytes(self.sample)
+
+    def no_result(self, outcome: ProcessOutcome) -> AgentError:
+        """The error for a run that ended without a usable final result."""
+        return self.executor.no_result_error(outcome, self.unused_output(), self.options)
+
+    def structured(self, answer: str) -> Any | None:
+        """The JSON value of ``answer`` when the call asked for structured output, else ``None``.
+
+        Raises ``AgentOutputError`` quoting the answer if it is not JSON.
+        """
+        if self.options.output_schema is None:
+            return None
+        value = parse_structured(answer)
+        if value is None:
+            raise output_error(
+                self.spec, "was asked for structured output but answered with", answer
+            )
+        return value
+
+
+class JsonDocumentParser(CliParser):
+    """Base of the parsers for formats that print one JSON document, parsed at the end."""
+
+    def __init__(self, executor: CliExecutor, options: AgentOptions) -> None:
+        super().__init__(executor, options)
+        self.document = JsonDocument()
+        self._complete = False
+
+    @property
+    def done(self) -> bool:
+        return self._complete
+
+    def feed(self, line: bytes) -> Iterable[AgentEvent]:
+        self._complete = self.document.add(line)
+        return ()
+
+    def unused_output(self) -> bytes:
+        return bytes(self.document.data)
+
+    def decoded(self, outcome: ProcessOutcome) -> Any | None:
+        """The document's JSON value; ``None`` if nothing was printed.
+
+        Invalid JSON is ``AgentOutputError`` after exit code 0, and ``None`` after a
+        failure: then the exit and stderr explain more than the broken output does.
+        """
+        data = bytes(self.document.data)
+        if not data.strip():
+            return None
+        try:
+            return decode_json(data)
+        except msgspec.DecodeError:
+            if not outcome.exit_code:
+                raise output_error(self.spec, "printed truncated or invalid JSON", data) from None
+            return None
+
+
 class CliExecutor:
     """Base of the executors that drive an agent CLI as a subprocess."""
 
@@ -214,6 +319,10 @@ class CliExecutor:
     # AgentOptions fields this executor maps to flags; others are dropped with a
     # debug line. cwd and timeout are handled here for every executor.
     handled: ClassVar[frozenset[str]] = frozenset()
+    # Reads stdout: ``output_parser`` for execute(), and for stream() too unless the
+    # CLI prints another format when streaming, which ``stream_parser`` reads.
+    output_parser: ClassVar[type[CliParser]]
+    stream_parser: ClassVar[type[CliParser] | None] = None
 
     def __init__(
         self,
@@ -257,7 +366,8 @@ class CliExecutor:
         raise NotImplementedError
 
     def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        raise NotImplementedError
+        parser = self.stream_parser if streaming and self.stream_parser else self.output_parser
+        return parser(self, options)
 
     # -- shared machinery -----------------------------------------------------------------
 

@@ -16,15 +16,15 @@ import msgspec
 
 from shep.agents.cli import (
     CliExecutor,
+    CliParser,
     Command,
-    OutputParser,
-    OutputSample,
     Scratch,
+    add_usage,
+    as_text,
     decode_line,
     has_write_tools,
-    parse_structured,
 )
-from shep.agents.failures import agent_failure, output_error
+from shep.agents.failures import agent_failure
 from shep.agents.model import (
     AgentEvent,
     AgentOptions,
@@ -117,16 +117,13 @@ def _tool_result(item: Item) -> ToolResult:
     elif item.type == "file_change":
         output = "\n".join(f"{c.get('kind', '?')} {c.get('path', '?')}" for c in item.changes or [])
     else:
-        value = item.error if item.error is not None else item.result
-        output = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        output = as_text(item.error if item.error is not None else item.result)
     return ToolResult(tool_id=item.id, output=output, is_error=failed)
 
 
-class _CodexParser(OutputParser):
+class _CodexParser(CliParser):
     def __init__(self, executor: CodexExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
+        super().__init__(executor, options)
         self.thread_id: str | None = None
         self.answer: str | None = None
         self.usage = AgentUsage()
@@ -134,7 +131,6 @@ class _CodexParser(OutputParser):
         self.failure: str | None = None
         self.last_error: str | None = None
         self.raw: dict[str, Any] = {}
-        self.sample = OutputSample()
         self._started_tools: set[str] = set()
         self._done = False
 
@@ -163,11 +159,12 @@ class _CodexParser(OutputParser):
             self.turns += 1
             self.raw["turn.completed"] = obj
             usage = event.usage or Usage()
-            self.usage = AgentUsage(
-                input_tokens=self.usage.input_tokens + usage.input_tokens,
-                output_tokens=self.usage.output_tokens + usage.output_tokens,
-                cache_read_tokens=self.usage.cache_read_tokens + usage.cached_input_tokens,
-                cache_write_tokens=self.usage.cache_write_tokens + usage.cache_write_input_tokens,
+            self.usage = add_usage(
+                self.usage,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cached_input_tokens,
+                cache_write_tokens=usage.cache_write_input_tokens,
             )
             self._done = True
             return []
@@ -200,22 +197,15 @@ class _CodexParser(OutputParser):
         if failure is not None:
             raise agent_failure(self.spec, failure, exit_code=outcome.exit_code)
         if not self.turns:
-            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
+            raise self.no_result(outcome)
         text = self.answer or ""
-        structured = None
-        if self.options.output_schema is not None:
-            structured = parse_structured(text)
-            if structured is None:
-                raise output_error(
-                    self.spec, "was asked for structured output but answered with", text
-                )
         return AgentResult(
             text=text,
             session_id=self.thread_id,
             usage=self.usage,
             turns=self.turns,
             duration_ms=outcome.duration_ms,
-            structured_output=structured,
+            structured_output=self.structured(text),
             raw=self.raw,
         )
 
@@ -226,6 +216,7 @@ class CodexExecutor(CliExecutor):
     features = frozenset({"session-resume", "streaming", "tool-scoping", "structured-output"})
     handled = frozenset({"allowed_tools", "resume_session", "model", "output_schema"})
     session_missing = re.compile(r"no rollout found for thread id", re.IGNORECASE)
+    output_parser = _CodexParser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -242,9 +233,6 @@ class CodexExecutor(CliExecutor):
         if options.resume_session is not None:
             args += ["resume", options.resume_session]
         return Command(args=[*args, "-"], stdin=prompt)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        return _CodexParser(self, options)
 
 
 SPEC = AgentSpec(

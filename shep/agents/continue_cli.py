@@ -8,7 +8,6 @@ is the last argv operand (after ``--``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -16,15 +15,14 @@ import msgspec
 from shep.agents.cli import (
     CliExecutor,
     Command,
-    JsonDocument,
-    OutputParser,
+    JsonDocumentParser,
     Scratch,
-    decode_json,
+    as_text,
     has_write_tools,
     log,
 )
 from shep.agents.failures import agent_failure, output_error
-from shep.agents.model import AgentEvent, AgentOptions, AgentResult, AgentUsage
+from shep.agents.model import AgentOptions, AgentResult, AgentUsage
 from shep.agents.process import ProcessOutcome
 from shep.agents.spec import AgentSpec
 
@@ -55,35 +53,11 @@ def _last_object(text: str) -> dict[str, Any] | None:
     return None
 
 
-class _Parser(OutputParser):
-    def __init__(self, executor: ContinueExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
-        self.document = JsonDocument()
-        self._complete = False
-
-    @property
-    def done(self) -> bool:
-        return self._complete
-
-    def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        self._complete = self.document.add(line)
-        return ()
-
+class _Parser(JsonDocumentParser):
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         data = bytes(self.document.data)
-        raw: dict[str, Any] | None = None
-        if data.strip():
-            try:
-                decoded = decode_json(data)
-            except msgspec.DecodeError:
-                if not outcome.exit_code:
-                    raise output_error(
-                        self.spec, "printed truncated or invalid JSON", data
-                    ) from None
-                decoded = None
-            raw = decoded if isinstance(decoded, dict) else None
+        decoded = self.decoded(outcome)
+        raw: dict[str, Any] | None = decoded if isinstance(decoded, dict) else None
         if raw is None:
             raw = _last_object(outcome.stderr)
         try:
@@ -96,14 +70,12 @@ class _Parser(OutputParser):
             )
         if reply is None or reply.status != "success" or outcome.exit_code:
             if outcome.exit_code or not data.strip():
-                raise self.executor.no_result_error(outcome, data, self.options)
+                raise self.no_result(outcome)
             raise output_error(self.spec, "printed JSON without a response", data)
         assert raw is not None
-        response = reply.response
-        # cn parses an answer that is itself JSON and prints it as an object.
-        text = response if isinstance(response, str) else msgspec.json.encode(response).decode()
         return AgentResult(
-            text=text,
+            # cn parses an answer that is itself JSON and prints it as an object.
+            text=as_text(reply.response),
             session_id=None,
             usage=AgentUsage(),
             turns=None,
@@ -118,6 +90,7 @@ class ContinueExecutor(CliExecutor):
 
     features = frozenset({"tool-scoping", "system-prompt"})
     handled = frozenset({"allowed_tools", "resume_session", "model", "system_prompt"})
+    output_parser = _Parser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -138,9 +111,6 @@ class ContinueExecutor(CliExecutor):
         if options.system_prompt is not None:
             args += ["--rule", options.system_prompt]
         return Command(args=[*args, "--", prompt], stdin=None)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        return _Parser(self, options)
 
 
 SPEC = AgentSpec(

@@ -19,10 +19,11 @@ import msgspec
 
 from shep.agents.cli import (
     CliExecutor,
+    CliParser,
     Command,
-    OutputParser,
-    OutputSample,
     Scratch,
+    add_usage,
+    as_text,
     decode_line,
 )
 from shep.agents.failures import agent_failure
@@ -51,16 +52,12 @@ class Event(msgspec.Struct):
 
 
 def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return "" if value is None else as_text(value)
 
 
-class _Parser(OutputParser):
+class _Parser(CliParser):
     def __init__(self, executor: CopilotExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
+        super().__init__(executor, options)
         self.model: str | None = options.model
         self.answer = ""
         self.turns = 0
@@ -68,7 +65,6 @@ class _Parser(OutputParser):
         self.error: dict[str, Any] | None = None
         self.result: Event | None = None
         self.raw: dict[str, Any] = {}
-        self.sample = OutputSample()
         self._streamed: set[str] = set()
         self._announced = False
 
@@ -147,11 +143,12 @@ class _Parser(OutputParser):
             value = data.get(name)
             return value if isinstance(value, int) else 0
 
-        self.usage = AgentUsage(
-            input_tokens=self.usage.input_tokens + count("inputTokens"),
-            output_tokens=self.usage.output_tokens + count("outputTokens"),
-            cache_read_tokens=self.usage.cache_read_tokens + count("cacheReadTokens"),
-            cache_write_tokens=self.usage.cache_write_tokens + count("cacheWriteTokens"),
+        self.usage = add_usage(
+            self.usage,
+            input_tokens=count("inputTokens"),
+            output_tokens=count("outputTokens"),
+            cache_read_tokens=count("cacheReadTokens"),
+            cache_write_tokens=count("cacheWriteTokens"),
         )
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
@@ -165,7 +162,7 @@ class _Parser(OutputParser):
                 status=status if isinstance(status, int) else None,
             )
         if result is None or result.exit_code or outcome.exit_code:
-            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
+            raise self.no_result(outcome)
         return AgentResult(
             text=self.answer,
             session_id=result.session_id,
@@ -183,6 +180,7 @@ class CopilotExecutor(CliExecutor):
     features = frozenset({"session-resume", "streaming", "tool-scoping"})
     handled = frozenset({"allowed_tools", "resume_session", "model"})
     session_missing = re.compile(r"No session, task, or name matched", re.IGNORECASE)
+    output_parser = _Parser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -195,9 +193,6 @@ class CopilotExecutor(CliExecutor):
         if options.allowed_tools is not None:
             args += [f"--allow-tool={tool}" for tool in options.allowed_tools]
         return Command(args=args, stdin=prompt)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        return _Parser(self, options)
 
 
 SPEC = AgentSpec(

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from shep.agents.claude_code import JsonResultParser, MessageStreamParser
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, has_write_tools
+from shep.agents.cli import CliExecutor, Command, Scratch, as_text, has_write_tools
 from shep.agents.model import AgentEvent, AgentOptions, AgentResult, ToolResult, ToolUse
 from shep.agents.process import ProcessOutcome
 from shep.agents.spec import AgentSpec
@@ -73,8 +73,7 @@ class _StreamParser(MessageStreamParser):
         if line.subtype == "completed":
             result = payload.get("result")
             failed = isinstance(result, dict) and "error" in result
-            output = result if isinstance(result, str) else msgspec.json.encode(result).decode()
-            return [ToolResult(tool_id=line.call_id, output=output, is_error=failed)]
+            return [ToolResult(tool_id=line.call_id, output=as_text(result), is_error=failed)]
         return []
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
@@ -103,6 +102,8 @@ class CursorExecutor(CliExecutor):
     features = frozenset({"session-resume", "streaming", "tool-scoping"})
     handled = frozenset({"allowed_tools", "resume_session", "model"})
     session_missing = re.compile(r"(session|chat)\b.*\b(not found|does not exist|invalid)", re.I)
+    output_parser = _JsonParser
+    stream_parser = _StreamParser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -116,11 +117,6 @@ class CursorExecutor(CliExecutor):
         if options.allowed_tools is not None:
             args += ["--force"] if has_write_tools(options.allowed_tools) else ["--mode=ask"]
         return Command(args=[*args, "--", prompt], stdin=None)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        if streaming:
-            return _StreamParser(self, options)
-        return _JsonParser(self, options)
 
 
 SPEC = AgentSpec(

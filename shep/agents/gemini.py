@@ -17,12 +17,11 @@ import msgspec
 
 from shep.agents.cli import (
     CliExecutor,
+    CliParser,
     Command,
-    JsonDocument,
-    OutputParser,
-    OutputSample,
+    JsonDocumentParser,
     Scratch,
-    decode_json,
+    as_text,
     decode_line,
     has_write_tools,
 )
@@ -40,7 +39,7 @@ from shep.agents.model import (
 from shep.agents.process import ProcessOutcome
 from shep.agents.spec import AgentSpec
 
-__all__ = ["SPEC", "GeminiCliExecutor"]
+__all__ = ["SPEC", "GeminiCliExecutor", "allowed_tool_args"]
 
 
 # -- wire format -------------------------------------------------------------------------
@@ -148,35 +147,12 @@ def _trailing_json(stderr: str) -> Any | None:
         return None
 
 
-class _JsonParser(OutputParser):
+class _JsonParser(JsonDocumentParser):
     """The pretty-printed object: collected whole, parsed when the process ended."""
-
-    def __init__(self, executor: GeminiCliExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
-        self.document = JsonDocument()
-        self._complete = False
-
-    @property
-    def done(self) -> bool:
-        return self._complete
-
-    def feed(self, line: bytes) -> Iterable[AgentEvent]:
-        self._complete = self.document.add(line)
-        return ()
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         data = bytes(self.document.data)
-        raw: Any = None
-        if data.strip():
-            try:
-                raw = decode_json(data)
-            except msgspec.DecodeError:
-                if not outcome.exit_code:
-                    raise output_error(
-                        self.spec, "printed truncated or invalid JSON", data
-                    ) from None
+        raw = self.decoded(outcome)
         if raw is None and outcome.stderr:
             raw = _trailing_json(outcome.stderr)
         parsed = None
@@ -190,7 +166,7 @@ class _JsonParser(OutputParser):
             raise agent_failure(self.spec, message, exit_code=outcome.exit_code, status=status)
         if parsed is None or parsed.response is None:
             if outcome.exit_code or not data.strip():
-                raise self.executor.no_result_error(outcome, data, self.options)
+                raise self.no_result(outcome)
             raise output_error(self.spec, "printed JSON without a response", data)
         assert isinstance(raw, dict)
         usage = AgentUsage()
@@ -210,15 +186,12 @@ class _JsonParser(OutputParser):
         )
 
 
-class _StreamParser(OutputParser):
+class _StreamParser(CliParser):
     def __init__(self, executor: GeminiCliExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
+        super().__init__(executor, options)
         self.session_id: str | None = None
         self.result: ResultLine | None = None
         self.raw: dict[str, Any] = {}
-        self.sample = OutputSample()
         self._turn_text: list[str] = []
 
     @property
@@ -250,18 +223,16 @@ class _StreamParser(OutputParser):
     def _tool_result(event: ToolResultLine) -> ToolResult:
         if event.error is not None:
             output = event.error.message
-        elif isinstance(event.output, str):
-            output = event.output
         elif event.output is None:
             output = event.status
         else:
-            output = msgspec.json.encode(event.output).decode()
+            output = as_text(event.output)
         return ToolResult(tool_id=event.tool_id, output=output, is_error=event.status != "success")
 
     def finish(self, outcome: ProcessOutcome) -> AgentResult:
         result = self.result
         if result is None:
-            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
+            raise self.no_result(outcome)
         if result.status != "success":
             message, status = _error_message(result.error or ErrorDetail(message=result.status))
             raise agent_failure(self.spec, message, exit_code=outcome.exit_code, status=status)
@@ -281,12 +252,26 @@ class _StreamParser(OutputParser):
         )
 
 
+def allowed_tool_args(tools: tuple[str, ...]) -> list[str]:
+    """Gemini CLI's flags (kept by its fork Qwen Code) to allow exactly ``tools``.
+
+    A headless run cannot stop to ask for approval: with a write tool the approval
+    mode is ``yolo``; without one the headless default (read-only) stays.
+    """
+    args = [f"--allowed-tools={tool}" for tool in tools]
+    if has_write_tools(tools):
+        args += ["--approval-mode", "yolo"]
+    return args
+
+
 class GeminiCliExecutor(CliExecutor):
     """``gemini -p ""``: the prompt goes on stdin, which ``-p`` is appended to."""
 
     features = frozenset({"session-resume", "streaming", "tool-scoping"})
     handled = frozenset({"allowed_tools", "resume_session", "model"})
     session_missing = re.compile(r"Error resuming session|Invalid session identifier")
+    output_parser = _JsonParser
+    stream_parser = _StreamParser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -297,15 +282,8 @@ class GeminiCliExecutor(CliExecutor):
         if options.resume_session is not None:
             args += ["--resume", options.resume_session]
         if options.allowed_tools is not None:
-            args += [f"--allowed-tools={tool}" for tool in options.allowed_tools]
-            if has_write_tools(options.allowed_tools):
-                args += ["--approval-mode", "yolo"]
+            args += allowed_tool_args(options.allowed_tools)
         return Command(args=[*args, "-p", ""], stdin=prompt)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        if streaming:
-            return _StreamParser(self, options)
-        return _JsonParser(self, options)
 
 
 SPEC = AgentSpec(

@@ -16,10 +16,11 @@ import msgspec
 
 from shep.agents.cli import (
     CliExecutor,
+    CliParser,
     Command,
-    OutputParser,
-    OutputSample,
     Scratch,
+    add_usage,
+    as_text,
     decode_line,
 )
 from shep.agents.failures import agent_failure
@@ -84,17 +85,14 @@ class Line(msgspec.Struct):
     error: ErrorInfo | None = None
 
 
-class _Parser(OutputParser):
+class _Parser(CliParser):
     def __init__(self, executor: OpencodeExecutor, options: AgentOptions) -> None:
-        self.executor = executor
-        self.spec = executor.spec
-        self.options = options
+        super().__init__(executor, options)
         self.session_id: str | None = None
         self.usage = AgentUsage()
         self.steps = 0
         self.error: ErrorInfo | None = None
         self.raw: dict[str, Any] = {}
-        self.sample = OutputSample()
         self._step_text: list[str] = []
         self._answer = ""
         self._done = False
@@ -135,8 +133,7 @@ class _Parser(OutputParser):
             ToolUse(tool_id=call_id, name=part.tool or "", input=state.input)
         ]
         if state.status in ("completed", "error"):
-            value = state.error if state.status == "error" else state.output
-            output = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+            output = as_text(state.error if state.status == "error" else state.output)
             events.append(
                 ToolResult(tool_id=call_id, output=output, is_error=state.status == "error")
             )
@@ -147,15 +144,13 @@ class _Parser(OutputParser):
         self.raw["step_finish"] = obj
         tokens = part.tokens or Tokens()
         cache = tokens.cache or Cache()
-        cost = self.usage.cost_usd
-        if part.cost is not None:
-            cost = (cost or 0.0) + part.cost
-        self.usage = AgentUsage(
-            input_tokens=self.usage.input_tokens + tokens.input,
-            output_tokens=self.usage.output_tokens + tokens.output,
-            cache_read_tokens=self.usage.cache_read_tokens + cache.read,
-            cache_write_tokens=self.usage.cache_write_tokens + cache.write,
-            cost_usd=cost,
+        self.usage = add_usage(
+            self.usage,
+            input_tokens=tokens.input,
+            output_tokens=tokens.output,
+            cache_read_tokens=cache.read,
+            cache_write_tokens=cache.write,
+            cost_usd=part.cost,
         )
         if part.reason == "stop":
             self._done = True
@@ -170,7 +165,7 @@ class _Parser(OutputParser):
                 status=data.status_code,
             )
         if not self.steps or outcome.exit_code:
-            raise self.executor.no_result_error(outcome, bytes(self.sample), self.options)
+            raise self.no_result(outcome)
         return AgentResult(
             text=self._answer,
             session_id=self.session_id,
@@ -188,6 +183,7 @@ class OpencodeExecutor(CliExecutor):
     features = frozenset({"session-resume", "streaming"})
     handled = frozenset({"resume_session", "model"})
     session_missing = re.compile(r"Session not found", re.IGNORECASE)
+    output_parser = _Parser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -198,9 +194,6 @@ class OpencodeExecutor(CliExecutor):
         if options.model is not None:
             args += ["--model", options.model]
         return Command(args=args, stdin=prompt)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        return _Parser(self, options)
 
 
 SPEC = AgentSpec(

@@ -13,13 +13,22 @@ import re
 import msgspec
 
 from shep.agents.claude_code import JsonResultParser, MessageStreamParser
-from shep.agents.cli import CliExecutor, Command, OutputParser, Scratch, has_write_tools
+from shep.agents.cli import CliExecutor, Command, Scratch
+from shep.agents.gemini import allowed_tool_args
 from shep.agents.model import AgentOptions
 from shep.agents.spec import AgentSpec
 
 __all__ = ["SPEC", "QwenCodeExecutor"]
 
 _API_ERROR = re.compile(r"^\s*\[API Error:\s*(.*?)\]?\s*$", re.DOTALL)
+
+
+class _StreamParser(MessageStreamParser):
+    answer_error = _API_ERROR
+
+
+class _JsonParser(JsonResultParser):
+    answer_error = _API_ERROR
 
 
 class QwenCodeExecutor(CliExecutor):
@@ -32,6 +41,8 @@ class QwenCodeExecutor(CliExecutor):
         {"allowed_tools", "resume_session", "max_turns", "model", "system_prompt", "output_schema"}
     )
     session_missing = re.compile(r"No saved session found", re.IGNORECASE)
+    output_parser = _JsonParser
+    stream_parser = _StreamParser
 
     def command(
         self, prompt: str, options: AgentOptions, *, streaming: bool, scratch: Scratch
@@ -42,9 +53,7 @@ class QwenCodeExecutor(CliExecutor):
         if options.model is not None:
             args += ["--model", options.model]
         if options.allowed_tools is not None:
-            args += [f"--allowed-tools={tool}" for tool in options.allowed_tools]
-            if has_write_tools(options.allowed_tools):
-                args += ["--approval-mode", "yolo"]
+            args += allowed_tool_args(options.allowed_tools)
         if options.system_prompt is not None:
             args += ["--append-system-prompt", options.system_prompt]
         if options.max_turns is not None:
@@ -52,11 +61,6 @@ class QwenCodeExecutor(CliExecutor):
         if options.output_schema is not None:
             args += ["--json-schema", msgspec.json.encode(options.output_schema).decode()]
         return Command(args=args, stdin=prompt)
-
-    def parser(self, options: AgentOptions, *, streaming: bool) -> OutputParser:
-        if streaming:
-            return MessageStreamParser(self, options, answer_error=_API_ERROR)
-        return JsonResultParser(self, options, answer_error=_API_ERROR)
 
 
 SPEC = AgentSpec(

@@ -37,41 +37,214 @@ def _argv(
     return fake.argv()
 
 
+# -- argv, every agent ----------------------------------------------------------------------
+
+SCHEMA_ARG = json.dumps(SCHEMA, separators=(",", ":"))
+
+# (agent, sample, options, stream, argv, stdin). Codex and Continue have their own
+# argv tests below: a schema file, a config file named in the environment.
+ARGV = [
+    # claude -p --output-format json plus one flag per option; prompt on stdin.
+    pytest.param(
+        "claude-code",
+        "claude-structured-output-json.txt",
+        EVERYTHING,
+        False,
+        [
+            "-p",
+            "--output-format",
+            "json",
+            "--resume",
+            "SID",
+            "--allowedTools",
+            "Read,Write",
+            "--append-system-prompt",
+            "Be brief.",
+            "--json-schema",
+            SCHEMA_ARG,
+            "--model",
+            "the-model",
+            "--max-turns",
+            "3",
+        ],
+        PROMPT,
+        id="claude-code",
+    ),
+    # stream() asks for stream-json with --verbose and partial messages.
+    pytest.param(
+        "claude-code",
+        "claude-stream-json.txt",
+        AgentOptions(),
+        True,
+        ["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"],
+        PROMPT,
+        id="claude-code-stream",
+    ),
+    # gemini --output-format json ... -p '': the prompt on stdin, -p keeps it headless.
+    pytest.param(
+        "gemini-cli",
+        "gemini-resume-json.txt",
+        EVERYTHING,
+        False,
+        [
+            "--output-format",
+            "json",
+            "--model",
+            "the-model",
+            "--resume",
+            "SID",
+            "--allowed-tools=Read",
+            "--allowed-tools=Write",
+            "--approval-mode",
+            "yolo",
+            "-p",
+            "",
+        ],
+        PROMPT,
+        id="gemini-cli",
+    ),
+    # qwen maps every option, system prompt and turn limit included.
+    pytest.param(
+        "qwen-code",
+        "qwen-structured-output-json.txt",
+        EVERYTHING,
+        False,
+        [
+            "--output-format",
+            "json",
+            "--resume",
+            "SID",
+            "--model",
+            "the-model",
+            "--allowed-tools=Read",
+            "--allowed-tools=Write",
+            "--approval-mode",
+            "yolo",
+            "--append-system-prompt",
+            "Be brief.",
+            "--max-session-turns",
+            "3",
+            "--json-schema",
+            SCHEMA_ARG,
+        ],
+        PROMPT,
+        id="qwen-code",
+    ),
+    # opencode run --format json --session SID --model M; the prompt on stdin.
+    pytest.param(
+        "opencode",
+        "opencode-run-resume-json.txt",
+        EVERYTHING,
+        False,
+        ["run", "--format", "json", "--session", "SID", "--model", "the-model"],
+        PROMPT,
+        id="opencode",
+    ),
+    # aider --yes-always --no-git --no-pretty ... --message=PROMPT; read-only -> --dry-run.
+    pytest.param(
+        "aider",
+        "aider-message.txt",
+        AgentOptions(model="openai/fake-model", allowed_tools=("Read",)),
+        False,
+        [
+            "--yes-always",
+            "--no-git",
+            "--no-pretty",
+            "--no-check-update",
+            "--model",
+            "openai/fake-model",
+            "--dry-run",
+            f"--message={PROMPT}",
+        ],
+        "",
+        id="aider",
+    ),
+    # cursor-agent -p --output-format json --trust ... -- PROMPT.
+    pytest.param(
+        "cursor",
+        "cursor-doc-json.txt",
+        EVERYTHING,
+        False,
+        [
+            "-p",
+            "--output-format",
+            "json",
+            "--trust",
+            "--model",
+            "the-model",
+            "--resume=SID",
+            "--force",
+            "--",
+            PROMPT,
+        ],
+        "",
+        id="cursor",
+    ),
+    # copilot --output-format json --no-ask-user ...; the prompt on stdin.
+    pytest.param(
+        "copilot",
+        "copilot-resume-json.txt",
+        EVERYTHING,
+        False,
+        [
+            "--output-format",
+            "json",
+            "--no-ask-user",
+            "--model",
+            "the-model",
+            "--resume=SID",
+            "--allow-tool=Read",
+            "--allow-tool=Write",
+        ],
+        PROMPT,
+        id="copilot",
+    ),
+]
+
+
+@pytest.mark.parametrize(("agent", "output", "options", "stream", "argv", "stdin"), ARGV)
+def test_argv_and_stdin_are_exactly_what_the_cli_expects(
+    fake: Fake,
+    agent: str,
+    output: str,
+    options: AgentOptions,
+    stream: bool,
+    argv: list[str],
+    stdin: str,
+) -> None:
+    """Each option becomes the CLI's own flag, in shep's order; the prompt is on stdin or last."""
+    assert _argv(fake, agent, output, options, stream=stream) == argv
+    assert fake.recorded()["stdin"] == stdin
+
+
+@pytest.mark.parametrize(
+    ("agent", "output", "tools", "present", "absent"),
+    [
+        # gemini stays in its default approval mode (read-only when headless).
+        pytest.param(
+            "gemini-cli",
+            "gemini-json.txt",
+            ("read_file",),
+            "--allowed-tools=read_file",
+            "--approval-mode",
+            id="gemini-cli",
+        ),
+        pytest.param("continue", "continue-json.txt", ("Read",), "--readonly", "--auto", id="cn"),
+        pytest.param(
+            "cursor", "cursor-doc-json.txt", ("Read",), "--mode=ask", "--force", id="cursor"
+        ),
+    ],
+)
+def test_read_only_tools_keep_the_cli_read_only(
+    fake: Fake, agent: str, output: str, tools: tuple[str, ...], present: str, absent: str
+) -> None:
+    """Without a write tool the CLI runs read-only: ``present`` is passed, ``absent`` is not."""
+    argv = _argv(fake, agent, output, AgentOptions(allowed_tools=tools))
+    assert present in argv
+    assert absent not in argv
+
+
 # -- Claude Code ---------------------------------------------------------------------------
-
-
-def test_claude_execute_argv(fake: Fake) -> None:
-    """claude -p --output-format json plus one flag per option; prompt on stdin."""
-    argv = _argv(fake, "claude-code", "claude-structured-output-json.txt", EVERYTHING)
-    assert argv == [
-        "-p",
-        "--output-format",
-        "json",
-        "--resume",
-        "SID",
-        "--allowedTools",
-        "Read,Write",
-        "--append-system-prompt",
-        "Be brief.",
-        "--json-schema",
-        json.dumps(SCHEMA, separators=(",", ":")),
-        "--model",
-        "the-model",
-        "--max-turns",
-        "3",
-    ]
-
-
-def test_claude_stream_argv(fake: Fake) -> None:
-    """stream() asks for stream-json with --verbose and partial messages."""
-    argv = _argv(fake, "claude-code", "claude-stream-json.txt", AgentOptions(), stream=True)
-    assert argv == [
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--include-partial-messages",
-    ]
 
 
 def test_claude_structured_output(fake: Fake) -> None:
@@ -137,6 +310,15 @@ def test_claude_529_then_ok_is_a_success(fake: Fake) -> None:
         PROMPT, AgentOptions()
     )
     assert result.text == "Recovered after two 529s."
+
+
+def test_claude_tool_run_counts_both_turns(fake: Fake) -> None:
+    """A run with a tool call reports the CLI's num_turns (2) and the final answer."""
+    result = fake.executor("claude-code", "claude-tool-write-json.txt").execute(
+        PROMPT, AgentOptions(allowed_tools=("Write",))
+    )
+    assert (result.turns, result.text) == (2, "Done: I created hello.txt.")
+    assert fake.argv()[-2:] == ["--allowedTools", "Write"]
 
 
 # -- Codex ---------------------------------------------------------------------------------
@@ -206,60 +388,7 @@ def test_codex_apply_patch_becomes_a_tool_call(fake: Fake) -> None:
     assert ToolResult(tool_id="item_0", output=f"add {path}", is_error=False) in events
 
 
-# -- Gemini CLI ----------------------------------------------------------------------------
-
-
-def test_gemini_argv(fake: Fake) -> None:
-    """gemini --output-format json ... -p '': the prompt on stdin, -p keeps it headless."""
-    argv = _argv(fake, "gemini-cli", "gemini-resume-json.txt", EVERYTHING)
-    assert argv == [
-        "--output-format",
-        "json",
-        "--model",
-        "the-model",
-        "--resume",
-        "SID",
-        "--allowed-tools=Read",
-        "--allowed-tools=Write",
-        "--approval-mode",
-        "yolo",
-        "-p",
-        "",
-    ]
-    assert fake.recorded()["stdin"] == PROMPT
-
-
-def test_gemini_read_only_tools_keep_the_default_approval_mode(fake: Fake) -> None:
-    """Without a write tool gemini stays in its default (read-only in headless) mode."""
-    argv = _argv(fake, "gemini-cli", "gemini-json.txt", AgentOptions(allowed_tools=("read_file",)))
-    assert "--approval-mode" not in argv
-    assert "--allowed-tools=read_file" in argv
-
-
 # -- Qwen Code -----------------------------------------------------------------------------
-
-
-def test_qwen_argv(fake: Fake) -> None:
-    """qwen maps every option, system prompt and turn limit included."""
-    argv = _argv(fake, "qwen-code", "qwen-structured-output-json.txt", EVERYTHING)
-    assert argv == [
-        "--output-format",
-        "json",
-        "--resume",
-        "SID",
-        "--model",
-        "the-model",
-        "--allowed-tools=Read",
-        "--allowed-tools=Write",
-        "--approval-mode",
-        "yolo",
-        "--append-system-prompt",
-        "Be brief.",
-        "--max-session-turns",
-        "3",
-        "--json-schema",
-        json.dumps(SCHEMA, separators=(",", ":")),
-    ]
 
 
 def test_qwen_structured_result(fake: Fake) -> None:
@@ -271,13 +400,6 @@ def test_qwen_structured_result(fake: Fake) -> None:
 
 
 # -- opencode ------------------------------------------------------------------------------
-
-
-def test_opencode_argv(fake: Fake) -> None:
-    """opencode run --format json --session SID --model M; the prompt on stdin."""
-    argv = _argv(fake, "opencode", "opencode-run-resume-json.txt", EVERYTHING)
-    assert argv == ["run", "--format", "json", "--session", "SID", "--model", "the-model"]
-    assert fake.recorded()["stdin"] == PROMPT
 
 
 def test_opencode_sums_steps(fake: Fake) -> None:
@@ -316,13 +438,6 @@ def test_continue_argv(fake: Fake) -> None:
     ]
 
 
-def test_continue_read_only_tools_use_readonly_mode(fake: Fake) -> None:
-    """Without write tools cn runs --readonly."""
-    argv = _argv(fake, "continue", "continue-json.txt", AgentOptions(allowed_tools=("Read",)))
-    assert "--readonly" in argv
-    assert "--auto" not in argv
-
-
 def test_continue_resume_says_it_cannot_target_a_session(
     fake: Fake, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -332,23 +447,15 @@ def test_continue_resume_says_it_cannot_target_a_session(
     assert "continue: cn cannot resume a session by id; passing --resume (latest)" in caplog.text
 
 
+def test_continue_write_tools_run_in_auto_mode(fake: Fake) -> None:
+    """With a write tool cn runs --auto (Write and Edit tools) and its answer is returned."""
+    executor = fake.executor("continue", "continue-tool-write-json.txt")
+    result = executor.execute(PROMPT, AgentOptions(allowed_tools=("Write",)))
+    assert result.text == "Done: I created hello.txt."
+    assert "--auto" in fake.argv()
+
+
 # -- Aider ---------------------------------------------------------------------------------
-
-
-def test_aider_argv(fake: Fake) -> None:
-    """aider --yes-always --no-git --no-pretty ... --message=PROMPT; read-only -> --dry-run."""
-    options = AgentOptions(model="openai/fake-model", allowed_tools=("Read",))
-    argv = _argv(fake, "aider", "aider-message.txt", options)
-    assert argv == [
-        "--yes-always",
-        "--no-git",
-        "--no-pretty",
-        "--no-check-update",
-        "--model",
-        "openai/fake-model",
-        "--dry-run",
-        f"--message={PROMPT}",
-    ]
 
 
 def test_aider_stream_yields_reply_lines_then_completed(fake: Fake) -> None:
@@ -358,31 +465,17 @@ def test_aider_stream_yields_reply_lines_then_completed(fake: Fake) -> None:
     assert isinstance(events[-1], Completed)
 
 
-# -- Cursor (documentation-based) ------------------------------------------------------------
-
-
-def test_cursor_argv(fake: Fake) -> None:
-    """cursor-agent -p --output-format json --trust ... -- PROMPT."""
-    argv = _argv(fake, "cursor", "cursor-doc-json.txt", EVERYTHING)
-    assert argv == [
-        "-p",
-        "--output-format",
-        "json",
-        "--trust",
-        "--model",
-        "the-model",
-        "--resume=SID",
-        "--force",
-        "--",
-        PROMPT,
+def test_aider_answer_after_a_retried_error_is_a_success(fake: Fake) -> None:
+    """A rate limit aider retried past ("Retrying in 0.2 seconds...") does not fail the call."""
+    result = fake.executor("aider", "aider-429-then-ok.txt").execute(PROMPT, AgentOptions())
+    assert result.text == "Hello from the fake LLM. The answer is 42."
+    assert result.raw["errors"] == [
+        "RateLimitError: RateLimitError: OpenAIException - fake error 429 The API provider has "
+        "rate limited you. Try again later or check your quotas."
     ]
 
 
-def test_cursor_read_only_tools_use_ask_mode(fake: Fake) -> None:
-    """Without write tools cursor runs in --mode=ask."""
-    argv = _argv(fake, "cursor", "cursor-doc-json.txt", AgentOptions(allowed_tools=("Read",)))
-    assert "--mode=ask" in argv
-    assert "--force" not in argv
+# -- Cursor (documentation-based) ------------------------------------------------------------
 
 
 def test_cursor_camel_case_usage_is_read(fake: Fake) -> None:
@@ -400,22 +493,6 @@ def test_cursor_camel_case_usage_is_read(fake: Fake) -> None:
 # -- Copilot -------------------------------------------------------------------------------
 
 
-def test_copilot_argv(fake: Fake) -> None:
-    """copilot --output-format json --no-ask-user ...; the prompt on stdin."""
-    argv = _argv(fake, "copilot", "copilot-resume-json.txt", EVERYTHING)
-    assert argv == [
-        "--output-format",
-        "json",
-        "--no-ask-user",
-        "--model",
-        "the-model",
-        "--resume=SID",
-        "--allow-tool=Read",
-        "--allow-tool=Write",
-    ]
-    assert fake.recorded()["stdin"] == PROMPT
-
-
 def test_copilot_session_is_announced_from_the_result_line(fake: Fake) -> None:
     """Copilot names its session only at the end: SessionStarted comes right before Completed."""
     events = list(
@@ -427,30 +504,3 @@ def test_copilot_session_is_announced_from_the_result_line(fake: Fake) -> None:
     final = events[-1]
     assert isinstance(final, Completed)
     assert final.result.turns == 2
-
-
-def test_aider_answer_after_a_retried_error_is_a_success(fake: Fake) -> None:
-    """A rate limit aider retried past ("Retrying in 0.2 seconds...") does not fail the call."""
-    result = fake.executor("aider", "aider-429-then-ok.txt").execute(PROMPT, AgentOptions())
-    assert result.text == "Hello from the fake LLM. The answer is 42."
-    assert result.raw["errors"] == [
-        "RateLimitError: RateLimitError: OpenAIException - fake error 429 The API provider has "
-        "rate limited you. Try again later or check your quotas."
-    ]
-
-
-def test_claude_tool_run_counts_both_turns(fake: Fake) -> None:
-    """A run with a tool call reports the CLI's num_turns (2) and the final answer."""
-    result = fake.executor("claude-code", "claude-tool-write-json.txt").execute(
-        PROMPT, AgentOptions(allowed_tools=("Write",))
-    )
-    assert (result.turns, result.text) == (2, "Done: I created hello.txt.")
-    assert fake.argv()[-2:] == ["--allowedTools", "Write"]
-
-
-def test_continue_write_tools_run_in_auto_mode(fake: Fake) -> None:
-    """With a write tool cn runs --auto (Write and Edit tools) and its answer is returned."""
-    executor = fake.executor("continue", "continue-tool-write-json.txt")
-    result = executor.execute(PROMPT, AgentOptions(allowed_tools=("Write",)))
-    assert result.text == "Done: I created hello.txt."
-    assert "--auto" in fake.argv()

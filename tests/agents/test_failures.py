@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shep.agents import AGENT_SPECS
-from shep.agents.cli import has_write_tools, parse_structured
+from shep.agents import AGENT_SPECS, AgentUsage
+from shep.agents.cli import add_usage, has_write_tools, parse_structured
 from shep.agents.failures import agent_failure, api_error, clean, error_line, status_in
 from shep.errors import AgentAuthError, AgentError, AgentExitError, AgentRateLimitError
 
@@ -110,3 +110,15 @@ def test_parse_structured_accepts_fenced_json() -> None:
     assert parse_structured('```json\n{"a": 1}\n```') == {"a": 1}
     assert parse_structured('{"a": 1}') == {"a": 1}
     assert parse_structured("not json") is None
+
+
+def test_add_usage_sums_counts_and_keeps_an_unknown_cost_unknown() -> None:
+    """Steps add up; the cost is None until a step reports one, then a sum (0.0 counts)."""
+    total = add_usage(AgentUsage(), input_tokens=3, output_tokens=2, cache_read_tokens=1)
+    total = add_usage(total, input_tokens=4, cache_write_tokens=5)
+    assert (total.input_tokens, total.output_tokens) == (7, 2)
+    assert (total.cache_read_tokens, total.cache_write_tokens) == (1, 5)
+    assert total.cost_usd is None
+    total = add_usage(total, cost_usd=0.0)
+    assert total.cost_usd == 0.0
+    assert add_usage(total, cost_usd=0.25).cost_usd == 0.25
