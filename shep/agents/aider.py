@@ -41,7 +41,7 @@ __all__ = ["SPEC", "AiderExecutor"]
 _BANNER = re.compile(
     r"^(Aider v\d|Analytics have been|Model: |Main model: |Weak model: |Editor model: "
     r"|Git repo: |Repo-map: |Added .* to the chat|Use /help|Newer aider version|"
-    r"Warning: |You can skip this check)"
+    r"Warning: |You can skip this check|Detected dumb terminal)"
 )
 _TOKENS = re.compile(r"^Tokens: ([\d.]+)(k?) sent, ([\d.]+)(k?) received\.(?:\s+Cost: \$([\d.]+))?")
 _APPLIED = re.compile(r"^Applied edit to (.+)$")

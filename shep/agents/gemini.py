@@ -118,7 +118,12 @@ def _error_message(detail: ErrorDetail) -> tuple[str, int | None]:
     "message":"API key not valid..."}}``), sometimes wrapped as ``[API Error: ...]``.
     """
     text = detail.message.strip()
-    inner = text[len("[API Error:") : -1].strip() if text.startswith("[API Error:") else text
+    inner = text
+    if text.startswith("[API Error:"):
+        inner = text[len("[API Error:") :].strip()
+        # The wrapper's closing bracket, when it is there, is the last character.
+        if inner.endswith("]"):
+            inner = inner[:-1].rstrip()
     status = detail.code
     try:
         body = msgspec.json.decode(inner.encode())

@@ -122,3 +122,17 @@ def test_add_usage_sums_counts_and_keeps_an_unknown_cost_unknown() -> None:
     total = add_usage(total, cost_usd=0.0)
     assert total.cost_usd == 0.0
     assert add_usage(total, cost_usd=0.25).cost_usd == 0.25
+
+
+def test_gemini_error_wrapper_keeps_the_whole_message() -> None:
+    """`[API Error: ...]` is unwrapped without cutting the message when `]` is missing."""
+    from shep.agents.gemini import ErrorDetail, _error_message
+
+    assert _error_message(ErrorDetail(message="[API Error: quota exceeded", code=429)) == (
+        "quota exceeded",
+        429,
+    )
+    assert _error_message(ErrorDetail(message="[API Error: quota exceeded]", code=429)) == (
+        "quota exceeded",
+        429,
+    )

@@ -251,10 +251,7 @@ def test_run_analyze_repository_with_real_cli(
     agent: str, cli: CliSetup, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
     """shep run analyze-repository with the real CLI completes 4/4 and writes the report."""
-    # clis.child_env sets TERM=dumb; aider then prints a line shep does not skip (see
-    # test_aider_report_under_a_dumb_terminal), so aider gets a usual terminal type here.
-    term = "xterm-256color" if agent == "aider" else None
-    _, repo, _ = _run_analysis(agent, cli, fake_llm, tmp_path, term=term)
+    _, repo, _ = _run_analysis(agent, cli, fake_llm, tmp_path)
 
     assert (repo / "shep-analysis.md").read_text().strip() == REPORT.strip()
     by_node = _node_requests(fake_llm)
@@ -277,12 +274,6 @@ def test_report_written_by_the_agent_is_kept(
     assert '"is_error": true' not in tool_result, tool_result
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shep bug: with TERM=dumb aider prints 'Detected dumb terminal, disabling fancy "
-    "input and pretty output.' before its banner; shep/agents/aider.py _BANNER does not skip "
-    "it, so the banner becomes part of every answer and of shep-analysis.md",
-)
 @pytest.mark.parametrize("agent", ["aider"])
 def test_aider_report_under_a_dumb_terminal(
     agent: str, cli: CliSetup, fake_llm: FakeLLM, tmp_path: Path
