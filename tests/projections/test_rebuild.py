@@ -44,6 +44,7 @@ def test_rebuilt_equals_incremental(store: EventStore, db_path: Path, seed: int)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_rebuilt_equals_incremental_large(store: EventStore, db_path: Path) -> None:
     """The same on a large history (thousands of runs)."""
     conn = open_database(db_path)

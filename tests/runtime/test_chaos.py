@@ -27,6 +27,7 @@ def _tables(db: Path) -> dict[str, list[tuple[object, ...]]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_chaos_sigkill_and_resume(tmp_path: Path) -> None:
     """At least SHEP_CHAOS_TRIALS (50) SIGKILLs: every run completes, the log is whole."""
     chaos = Chaos(tmp_path, seed=int(os.environ.get("SHEP_CHAOS_SEED", "1")))
@@ -67,6 +68,7 @@ def test_chaos_sigkill_and_resume(tmp_path: Path) -> None:
     assert _tables(db) == incremental
 
 
+@pytest.mark.timeout(300)
 def test_chaos_smoke(tmp_path: Path) -> None:
     """A few SIGKILLs in the default suite, with the same guarantees."""
     chaos = Chaos(tmp_path, seed=7)
