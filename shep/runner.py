@@ -205,6 +205,11 @@ class Runner:
             return self._interrupt(reason)
         except AgentError as e:
             return self._fail(type(e).__name__, str(e))
+        except Exception as e:
+            # Not the agent's fault (a full disk, a bug of ours): keep the run resumable.
+            with contextlib.suppress(Exception):
+                self._interrupt(f"worker error: {type(e).__name__}: {e}")
+            raise
         finally:
             stop.set()
             heartbeat.join(timeout=5)
@@ -422,8 +427,14 @@ class Runner:
         if not by_agent:
             body = text if text.endswith("\n") else text + "\n"
             tmp = path.with_name(f".{path.name}.shep-tmp")
-            tmp.write_text(body)
-            os.replace(tmp, path)
+            try:
+                tmp.write_text(body)
+                os.replace(tmp, path)
+            except OSError as e:
+                raise ShepError(
+                    f"Cannot write {path} ({e.strerror}). Make the repository writable, "
+                    f"then `shep resume {self.run_id.hex[:8]}`."
+                ) from e
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         self.progress.message(f"wrote {path}" if not by_agent else f"kept the agent's {path}")
         return {

@@ -119,3 +119,36 @@ def test_timeout_kills_agent_and_fails_node(
     run = json.loads(shep("status", "--all", "--json").stdout)[0]
     assert run["status"] == "failed"
     assert run["error"].startswith("AgentTimeoutError")
+
+
+def test_unwritable_repository_interrupts_the_run_resumably(
+    repo: Path, fake_claude: Path, agent_log: Path
+) -> None:
+    """If shep cannot write the report, the run is interrupted (resumable) with one clear line;
+    once the repository is writable, resume writes it without redoing the analysis."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() == 0 and shutil.which("chattr") is None:
+        pytest.skip("root without chattr cannot make a directory read-only")
+    lock = ["chattr", "+i", str(repo)] if os.geteuid() == 0 else None
+    if lock:
+        subprocess.run(lock, check=True)
+    else:
+        repo.chmod(0o500)
+    try:
+        result = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    finally:
+        if lock:
+            subprocess.run(["chattr", "-i", str(repo)], check=True)
+        repo.chmod(0o755)
+    assert result.returncode == 1
+    assert f"shep: Cannot write {repo / 'shep-analysis.md'}" in result.stderr
+    assert "Traceback" not in result.stderr
+    run = json.loads(shep("status", "--all", "--json").stdout)[0]
+    assert run["status"] == "interrupted"
+    assert shep("resume", run["run_id"], timeout=120).returncode == 0
+    assert (repo / "shep-analysis.md").read_text().startswith("# Repository analysis")
+    starts = [c["node"] for c in agent_calls(agent_log) if c["phase"] == "start"]
+    assert starts == ["scan", "dependencies", "patterns", "report", "report"]
