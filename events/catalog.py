@@ -7,7 +7,6 @@ the read path (``shep status``, ``shep logs``) free of eventsourcing's imports.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -68,8 +67,3 @@ def decode_event(topic: str, state: bytes) -> Event:
         raise UnknownEventTopicError(f"unknown event topic {topic!r}") from None
     event: Event = decoder.decode(state)
     return event
-
-
-def iter_catalog() -> Iterator[tuple[str, type[Event]]]:
-    """Every event class, grouped by stream module, in declaration order."""
-    yield from EVENT_CLASSES.items()

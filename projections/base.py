@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import apsw
@@ -74,8 +73,3 @@ class Projection:
     ddl: tuple[str, ...]
     tables: tuple[str, ...]
     handlers: Mapping[type[Event], Handler]
-
-
-def iso(moment: datetime) -> str:
-    """Timestamps are stored as ISO 8601 text in UTC: readable, and sortable as text."""
-    return moment.isoformat()
