@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from events.schema import GENESIS_HASH, chain_hash
+from events.chain import GENESIS_HASH, chain_hash
 
 
 @dataclass(frozen=True)

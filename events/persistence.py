@@ -46,12 +46,11 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
+from events.chain import GENESIS_HASH, chain_hash
 from events.schema import (
     DEFAULT_BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
-    GENESIS_HASH,
     TRACKING_DDL,
-    chain_hash,
     connect,
     events_table_ddl,
     file_write_lock,

@@ -1,7 +1,8 @@
-"""The SQLite file behind the event store: connections, pragmas, tables, hash chain.
+"""The SQLite file behind the event store: connections, pragmas, tables, locks.
 
-Pure apsw and hashlib, no eventsourcing: the write side (``events.persistence``)
-and the read side (``projections``) both open the database through here.
+The write side (``events.persistence``) and the read side (``projections``)
+both open the database through here. ``shep status`` imports it, so it stays
+pure apsw: no eventsourcing, no pathlib, no hashlib (the chain is ``events.chain``).
 
 Durability: ``journal_mode=WAL`` with ``synchronous=FULL``. In WAL mode FULL
 syncs the log at every commit, so a committed transaction survives power loss;
@@ -13,23 +14,21 @@ batched: many events per transaction, one sync per batch.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apsw
 
 from events.errors import StoreCorruptedError, StoreError, StoreUnavailableError
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 DEFAULT_SYNCHRONOUS = "FULL"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
-GENESIS_HASH = bytes(32)
-_HEADER = struct.Struct(">qqIII")
-_sha256 = hashlib.sha256
 
 _SYNCHRONOUS_VALUES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
@@ -62,25 +61,6 @@ TRACKING_DDL = (
     "application_name TEXT PRIMARY KEY, "
     "notification_id INTEGER NOT NULL) WITHOUT ROWID"
 )
-
-
-def chain_hash(
-    previous: bytes,
-    notification_id: int,
-    originator_id: bytes,
-    originator_version: int,
-    topic: bytes,
-    state: bytes,
-) -> bytes:
-    """``H(previous hash, event bytes)``: SHA-256 over the previous hash and every stored field.
-
-    ``originator_id`` and ``topic`` are their stored text, UTF-8 encoded. Lengths
-    prefix the variable fields so no two different events hash alike.
-    """
-    header = _HEADER.pack(
-        notification_id, originator_version, len(originator_id), len(topic), len(state)
-    )
-    return _sha256(b"".join((previous, header, originator_id, topic, state))).digest()
 
 
 def connect(
@@ -134,22 +114,22 @@ def store_error(error: BaseException, path: str | Path) -> StoreError:
     return StoreError(f"The event store {where} failed: {cause}")
 
 
-def ensure_home(home: Path) -> Path:
+def ensure_home(home: str | Path) -> str:
     """Create the shep home directory (mode 0700) if needed; return the database path."""
     try:
-        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.makedirs(home, mode=0o700, exist_ok=True)
     except OSError as e:
         raise StoreUnavailableError(
             f"Cannot create SHEP_HOME {home} ({e.strerror}). "
             "Point SHEP_HOME at a writable directory."
         ) from e
-    return home / "shep.db"
+    return os.path.join(home, "shep.db")
 
 
-def home_from_env() -> Path:
+def home_from_env() -> str:
     """``$SHEP_HOME``, or ``~/.shep``."""
     value = os.environ.get("SHEP_HOME")
-    return Path(value).expanduser() if value else Path.home() / ".shep"
+    return os.path.expanduser(value) if value else os.path.join(os.path.expanduser("~"), ".shep")
 
 
 _file_locks: dict[str, threading.Lock] = {}

@@ -6,11 +6,14 @@ projections are current (the usual ``shep status``) imports nothing else.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apsw
 
 from events.schema import connect, store_error
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: Names of the projections (their tracking keys) and the tables they own.
 PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions", "checkpoints")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import apsw
@@ -19,31 +17,46 @@ from events.schema import ensure_home, home_from_env
 from projections.database import lag, open_database
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from events.store import EventStore
 
 
-@dataclass
 class Runtime:
-    """Paths and lazily opened handles of one shep invocation."""
+    """Paths and lazily opened handles of one shep invocation.
 
-    home: Path
-    debug: bool = False
-    _read: apsw.Connection | None = field(default=None, repr=False)
-    _store: EventStore | None = field(default=None, repr=False)
+    A plain class over string paths: ``shep status`` pays for neither
+    dataclasses nor pathlib; ``home``/``db_path`` give ``Path``s to those who need them.
+    """
+
+    def __init__(self, home: str | os.PathLike[str], *, debug: bool = False) -> None:
+        self.home_dir = os.fspath(home)
+        self.db_file = os.path.join(self.home_dir, "shep.db")
+        self.debug = debug
+        self._read: apsw.Connection | None = None
+        self._store: EventStore | None = None
 
     @classmethod
     def from_environment(cls, *, debug: bool = False) -> Runtime:
-        return cls(home=home_from_env(), debug=debug)
+        return cls(home_from_env(), debug=debug)
+
+    @property
+    def home(self) -> Path:
+        from pathlib import Path
+
+        return Path(self.home_dir)
 
     @property
     def db_path(self) -> Path:
-        return self.home / "shep.db"
+        from pathlib import Path
+
+        return Path(self.db_file)
 
     def read_db(self, *, catch_up: bool = True) -> apsw.Connection:
         """The database, with projections caught up to the log (when it can be written)."""
         if self._read is None:
-            ensure_home(self.home)
-            self._read = open_database(self.db_path)
+            ensure_home(self.home_dir)
+            self._read = open_database(self.db_file)
             if catch_up and lag(self._read) > 0:
                 from projections.runner import catch_up as run_catch_up
 
@@ -55,8 +68,8 @@ class Runtime:
         if self._store is None:
             from events.store import EventStore
 
-            ensure_home(self.home)
-            self._store = EventStore(self.db_path)
+            ensure_home(self.home_dir)
+            self._store = EventStore(self.db_file)
         return self._store
 
     def check_orphans(self) -> int:
@@ -64,14 +77,14 @@ class Runtime:
 
         Cheap when nothing is running: one indexed read of the runs projection.
         """
-        if not self.db_path.exists():
+        if not os.path.exists(self.db_file):
+            return 0
+        conn = self.read_db()
+        if conn.execute("SELECT 1 FROM runs WHERE status='running' LIMIT 1").fetchone() is None:
             return 0
         from shep.identity import host_name
         from shep.recovery import find_orphans, orphan_after
 
-        conn = self.read_db()
-        if conn.execute("SELECT 1 FROM runs WHERE status='running' LIMIT 1").fetchone() is None:
-            return 0
         orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
         if not orphans:
             return 0
@@ -102,7 +115,7 @@ class Runtime:
         return marked
 
     def require_home(self) -> None:
-        if not self.home.exists():
+        if not os.path.isdir(self.home_dir):
             raise StoreUnavailableError(f"SHEP_HOME {self.home} does not exist.")
 
     def close(self) -> None:

@@ -42,7 +42,7 @@ def demo(ctx: click.Context, delay: float) -> None:
     home.chmod(0o700)
     repo = home / "inventory"
     shutil.copytree(SAMPLE_REPO, repo, ignore=shutil.ignore_patterns("__pycache__"))
-    runtime = Runtime(home=home)
+    runtime = Runtime(home)
     ctx.call_on_close(runtime.close)
     os.environ["SHEP_DEMO_DELAY"] = str(delay)
     store = runtime.store()

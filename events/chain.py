@@ -1,0 +1,29 @@
+"""The hash chain: each stored event's hash covers the previous hash and the event itself."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+GENESIS_HASH = bytes(32)
+_HEADER = struct.Struct(">qqIII")
+_sha256 = hashlib.sha256
+
+
+def chain_hash(
+    previous: bytes,
+    notification_id: int,
+    originator_id: bytes,
+    originator_version: int,
+    topic: bytes,
+    state: bytes,
+) -> bytes:
+    """``H(previous hash, event bytes)``: SHA-256 over the previous hash and every stored field.
+
+    ``originator_id`` and ``topic`` are their stored text, UTF-8 encoded. Lengths
+    prefix the variable fields so no two different events hash alike.
+    """
+    header = _HEADER.pack(
+        notification_id, originator_version, len(originator_id), len(topic), len(state)
+    )
+    return _sha256(b"".join((previous, header, originator_id, topic, state))).digest()
