@@ -242,7 +242,7 @@ def main() -> None:
         )
         home = work / "home"
         home.mkdir(mode=0o700)
-        runs, per_run = (1_000, 100) if quick else (10_000, 100)
+        runs, per_run = (1_000, 103) if quick else (10_000, 103)
         with EventStore(home / "shep.db") as store:
             events = write_history(store, runs, per_run)
         results.update(bench_rebuild(home / "shep.db", rounds=3))
