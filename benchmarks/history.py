@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from datetime import timedelta
 from uuid import UUID, uuid4
 
 from events.base import Event, utc_now
@@ -26,14 +27,22 @@ NODES = ["scan", "dependencies", "patterns", "report"]
 def run_events(
     run_id: UUID, events_per_run: int, rng: random.Random, *, finish: bool
 ) -> Iterator[Event]:
-    """One run's stream: created, started, nodes with agent output and heartbeats, completed."""
-    now = utc_now()
+    """One run's stream: created, started, nodes with agent output and heartbeats, completed.
+
+    Timestamps move as they do in a real run: each command gets its own moment,
+    and agent output shares one per batch of up to ten lines.
+    """
+    start = utc_now()
     version = 0
+    tick = 0
 
     def nxt(cls: type[Event], **fields: object) -> Event:
-        nonlocal version
+        nonlocal version, tick
         version += 1
-        return cls(originator_id=run_id, originator_version=version, timestamp=now, **fields)
+        if cls is not AgentOutputRecorded or version % 10 == 0:
+            tick += 1
+        moment = start + timedelta(milliseconds=tick)
+        return cls(originator_id=run_id, originator_version=version, timestamp=moment, **fields)
 
     yield nxt(
         RunCreated,

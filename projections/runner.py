@@ -8,6 +8,7 @@ processes catch up at the same time or one is killed mid-batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import cast
 
 import apsw
@@ -101,6 +102,8 @@ def _apply(
     # event type are the same for the whole batch.
     uniform = len(set(tracked.values())) == 1
     by_kind: dict[type[Event], list[Handler]] = {}
+    last_time: datetime | None = None
+    last_at = ""
     for position, topic, state, chain in rows:
         kind = EVENT_CLASSES.get(topic)
         if kind is None:
@@ -124,7 +127,11 @@ def _apply(
             continue
         event = decode_event(topic, state)
         batch.position = position
-        batch.at = event.timestamp.isoformat()
+        if event.timestamp != last_time:
+            # Events appended together share their timestamp: format it once.
+            last_time = event.timestamp
+            last_at = last_time.isoformat()
+        batch.at = last_at
         batch.stream = event.originator_id.hex
         batch.chain = chain
         for handler in handlers:
