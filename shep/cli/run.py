@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import click
@@ -209,14 +210,21 @@ def _should_resume(run_id: str, flag: bool | None) -> bool:
             f"Run {run_id[:8]} of this workflow was interrupted here. "
             "Pass --resume to continue it or --no-resume to start a new run."
         )
-    return _ask_resume(run_id)
+    return ask_resume(run_id)
 
 
-def _ask_resume(run_id: str) -> bool:
+def ask_resume(run_id: str, *, input: Any = None, output: Any = None) -> bool:
+    """Ask "Resume? [Y/n]" with prompt-toolkit (tests pass a pipe input); Enter means yes."""
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.validation import Validator
 
-    answer = PromptSession[str]().prompt(
-        f"Run {run_id[:8]} of this workflow was interrupted here. Resume? [Y/n] "
+    answer = PromptSession[str](input=input, output=output).prompt(
+        f"Run {run_id[:8]} of this workflow was interrupted here. Resume? [Y/n] ",
+        validator=Validator.from_callable(
+            lambda text: text.strip().lower() in ("", "y", "yes", "n", "no"),
+            error_message="Answer y or n.",
+            move_cursor_to_end=True,
+        ),
     )
     return answer.strip().lower() in ("", "y", "yes")
 

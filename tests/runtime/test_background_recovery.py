@@ -151,3 +151,19 @@ def test_heartbeats_are_recorded(
     row = run_row(json.loads(shep("status", "--all", "--json").stdout)[0]["run_id"])
     assert row["last_heartbeat"] is not None
     assert row["host"]
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [("\r", True), ("y\r", True), ("n\r", False), ("maybe\r" + "\x7f" * 5 + "no\r", False)],
+)
+def test_resume_prompt_answers(keys: str, expected: bool) -> None:
+    """ "Resume? [Y/n]": Enter and y resume, n does not, anything else is asked again."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from shep.cli.run import ask_resume
+
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        assert ask_resume("0123456789abcdef", input=pipe, output=DummyOutput()) is expected
