@@ -285,23 +285,13 @@ def execute_run(
     from commands.run_state import RunStatus
     from commands.start_run import start_run
     from shep.identity import host_name
-    from shep.progress import Progress
     from shep.runner import Runner
     from shep.settings import load_settings
     from shep.worker import wait_until_assigned
 
     store = runtime.store()
     settings = load_settings(store)
-    runner = Runner(
-        store,
-        runtime.db_path,
-        runtime.home,
-        run_id,
-        settings,
-        timeout=timeout,
-        progress=Progress(0),
-    )
-    runner.progress.total = len(runner.plan.workflow.steps)
+    runner = Runner(store, runtime.db_path, runtime.home, run_id, settings, timeout=timeout)
     if background:
         # The launcher records the start with this worker's pid; wait until it has.
         wait_until_assigned(store, run_id, os.getpid())
@@ -324,9 +314,11 @@ def execute_run(
         if exit_on_failure:
             sys.exit(EXIT_INTERRUPTED)
         return
-    detail = (
-        runtime.read_db().execute("SELECT error FROM runs WHERE run_id=?", (run_id.hex,)).fetchone()
-    )
+    from projections.runner import catch_up
+
+    conn = runtime.read_db()
+    catch_up(conn)
+    detail = conn.execute("SELECT error FROM runs WHERE run_id=?", (run_id.hex,)).fetchone()
     reason = f": {detail[0]}" if detail and detail[0] else ""
     click.echo(f"Run {short} {status.value}{reason}", err=True)
     if exit_on_failure:
