@@ -152,6 +152,13 @@ def _wall(cmd: list[str], env: dict[str, str]) -> float:
 def bench_status_cold(home: Path, runs: int, events: int, rounds: int) -> dict[str, float]:
     """Wall time of `shep status` on a big store over `python -c "import click, apsw, msgspec"`."""
     env = {**os.environ, "SHEP_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    # An installed shep has bytecode (pip compiles it), like the baseline's libraries.
+    # From a source checkout under PYTHONDONTWRITEBYTECODE=1 every run would compile
+    # our modules again; compile them once, as an install would.
+    import compileall
+
+    for package in ("shep", "commands", "events", "projections"):
+        compileall.compile_dir(ROOT / package, quiet=2)
     status = [sys.executable, "-m", "shep", "status"]
     base = [sys.executable, "-c", "import click, apsw, msgspec"]
     _wall(status, env)  # warm the page cache for both sides alike
