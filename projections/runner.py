@@ -145,6 +145,10 @@ def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:
     a full table is cheaper than keeping it sorted through a million inserts.
     """
     indexes = [s for p in PROJECTIONS for s in p.ddl if s.startswith("CREATE INDEX")]
+    # A rebuild writes the projections anew: checkpointing the WAL every 80 MiB
+    # instead of every 4 MiB saves most of the checkpoints' syncs meanwhile.
+    (previous_autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
+    conn.execute("PRAGMA wal_autocheckpoint=20000")
     try:
         with immediate_transaction(conn):
             for projection in PROJECTIONS:
@@ -160,4 +164,6 @@ def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:
                 conn.execute(statement)
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
+    finally:
+        conn.execute(f"PRAGMA wal_autocheckpoint={int(previous_autocheckpoint)}")
     return count
