@@ -112,3 +112,13 @@ def list_logs(
         sql += " LIMIT ?"
         params = (*params, limit)
     return _rows(conn.execute(sql, params))
+
+
+def find_interrupted_run(conn: apsw.Connection, workflow: str, repo: str) -> str | None:
+    """The newest interrupted run of ``workflow`` in ``repo``, if any (its id)."""
+    row = conn.execute(
+        "SELECT run_id FROM runs WHERE status='interrupted' AND workflow=? AND repo=? "
+        "ORDER BY created_at DESC LIMIT 1",
+        (workflow, repo),
+    ).fetchone()
+    return str(row[0]) if row else None

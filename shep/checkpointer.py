@@ -106,6 +106,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from commands.save_checkpoint import save_checkpoint
 from events.base import SHEP_NAMESPACE, Event, utc_now
 from events.checkpoints import (
     ChannelWrite,
@@ -256,7 +257,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
                 version = self._version(stream)
                 batch = self._number(stream, version, pending, tail)
                 try:
-                    self.store.append(batch)
+                    save_checkpoint(self.store, batch)
                 except ConcurrencyError:
                     # Someone else appended to the stream (a command, a heartbeat): reload.
                     state.versions.pop(stream, None)

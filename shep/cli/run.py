@@ -81,6 +81,7 @@ def run(
 ) -> None:
     """Run workflow NAME on a repository with the configured agent."""
     from commands.create_run import create_run
+    from projections.queries import find_interrupted_run
     from shep.identity import current_actor
     from shep.settings import load_settings
     from shep.workflows import get_workflow
@@ -94,7 +95,7 @@ def run(
     settings = load_settings(store)
     agent_type = settings.require_agent()
     _check_binary(agent_type, settings.binary)
-    interrupted = _interrupted_run(runtime, name, repo_path)
+    interrupted = find_interrupted_run(runtime.read_db(), name, str(repo_path))
     if interrupted is not None and _should_resume(interrupted, resume):
         _resume(runtime, UUID(interrupted), background=background, timeout=timeout)
         return
@@ -187,19 +188,6 @@ def _check_binary(agent_type: str, binary: str | None) -> None:
             f"Install it with `{spec.install_hint}`, or run `shep settings agent`.",
             agent=agent_type,
         )
-
-
-def _interrupted_run(runtime: Runtime, workflow: str, repo: Path) -> str | None:
-    row = (
-        runtime.read_db()
-        .execute(
-            "SELECT run_id FROM runs WHERE status='interrupted' AND workflow=? AND repo=? "
-            "ORDER BY created_at DESC LIMIT 1",
-            (workflow, str(repo)),
-        )
-        .fetchone()
-    )
-    return str(row[0]) if row else None
 
 
 def _should_resume(run_id: str, flag: bool | None) -> bool:
@@ -314,12 +302,13 @@ def execute_run(
         if exit_on_failure:
             sys.exit(EXIT_INTERRUPTED)
         return
+    from projections.queries import get_run
     from projections.runner import catch_up
 
     conn = runtime.read_db()
     catch_up(conn)
-    detail = conn.execute("SELECT error FROM runs WHERE run_id=?", (run_id.hex,)).fetchone()
-    reason = f": {detail[0]}" if detail and detail[0] else ""
+    error = get_run(conn, run_id.hex)["error"]
+    reason = f": {error}" if error else ""
     click.echo(f"Run {short} {status.value}{reason}", err=True)
     if exit_on_failure:
         sys.exit(EXIT_FAILED)

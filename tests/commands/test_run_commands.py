@@ -114,3 +114,34 @@ def test_output_buffer_batches_into_few_transactions(store: EventStore) -> None:
     buffer.flush()
     outputs = [e for e in store.load(run_id) if isinstance(e, AgentOutputRecorded)]
     assert [e.text for e in outputs] == [str(i) for i in range(250)]
+
+
+def test_save_checkpoint_refuses_a_batch_that_is_not_contiguous(store: EventStore) -> None:
+    """A step's batch must be one stream's next versions; a gap is refused before writing."""
+    from commands.save_checkpoint import save_checkpoint
+    from events.base import utc_now
+
+    run_id = create_run(
+        store, workflow="wf", agent_type="demo", repo="/r", node_names=["a"], created_by="me"
+    )
+    start_run(store, run_id, pid=1, host="h")
+    now = utc_now()
+    gap = [
+        HeartbeatRecorded(
+            originator_id=run_id, originator_version=v, timestamp=now, pid=1, host="h"
+        )
+        for v in (3, 5)
+    ]
+    before = store.max_position()
+    with pytest.raises(ValueError, match="contiguous versions of one stream"):
+        save_checkpoint(store, gap)
+    assert store.max_position() == before
+    save_checkpoint(
+        store,
+        [
+            HeartbeatRecorded(
+                originator_id=run_id, originator_version=3, timestamp=now, pid=1, host="h"
+            )
+        ],
+    )
+    assert store.max_position() == before + 1
