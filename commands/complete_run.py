@@ -9,7 +9,11 @@ from events.runs import RunCompleted
 from events.store import EventStore
 
 
-def complete_run(store: EventStore, run_id: UUID, *, duration_ms: int) -> RunState:
-    """Record that every node finished; the run must be running."""
-    state, _ = append_to_run(store, run_id, [(RunCompleted, {"duration_ms": duration_ms})])
+def complete_run(
+    store: EventStore, run_id: UUID, *, duration_ms: int, epoch: int | None = None
+) -> RunState:
+    """Record that the run finished; it must be running (and owned by ``epoch``, if given)."""
+    state, _ = append_to_run(
+        store, run_id, [(RunCompleted, {"duration_ms": duration_ms})], epoch=epoch
+    )
     return state

@@ -23,8 +23,16 @@ def create_run(
     origin_run_id: UUID | None = None,
     origin_checkpoint_id: str | None = None,
     run_id: UUID | None = None,
+    pid: int | None = None,
+    host: str | None = None,
+    process_start: str | None = None,
 ) -> UUID:
-    """Append ``RunCreated`` to a new stream and return the run id."""
+    """Append ``RunCreated`` to a new stream and return the run id.
+
+    ``pid``, ``host`` and ``process_start`` name the process that will start
+    the run; if it dies first, recovery finds the run pending with its creator
+    gone and marks it interrupted (resumable) instead of leaving it pending.
+    """
     new_id = run_id or uuid4()
     store.append(
         [
@@ -41,6 +49,9 @@ def create_run(
                 created_by=created_by,
                 origin_run_id=origin_run_id,
                 origin_checkpoint_id=origin_checkpoint_id,
+                pid=pid,
+                host=host,
+                process_start=process_start,
             )
         ]
     )

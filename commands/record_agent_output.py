@@ -24,7 +24,12 @@ class OutputItem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def record_agent_output(
-    store: EventStore, run_id: UUID, node: str, items: Sequence[OutputItem]
+    store: EventStore,
+    run_id: UUID,
+    node: str,
+    items: Sequence[OutputItem],
+    *,
+    epoch: int | None = None,
 ) -> RunState | None:
     """Append one event per item, all in one transaction. Nothing to do for no items."""
     if not items:
@@ -46,6 +51,7 @@ def record_agent_output(
             )
             for item in items
         ],
+        epoch=epoch,
     )
     return state
 
@@ -65,9 +71,11 @@ class AgentOutputBuffer:
         max_items: int = 200,
         max_delay: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
+        epoch: int | None = None,
     ) -> None:
         self._store = store
         self._run_id = run_id
+        self._epoch = epoch
         self._max_items = max_items
         self._max_delay = max_delay
         self._clock = clock
@@ -89,4 +97,4 @@ class AgentOutputBuffer:
     def flush(self) -> None:
         """Record whatever is queued."""
         items, self._items = self._items, []
-        record_agent_output(self._store, self._run_id, self._node, items)
+        record_agent_output(self._store, self._run_id, self._node, items, epoch=self._epoch)

@@ -18,8 +18,9 @@ def record_heartbeat(
     node: str | None = None,
     last_activity: str | None = None,
     tokens_so_far: int = 0,
+    epoch: int | None = None,
 ) -> RunState:
-    """Append a heartbeat (the run must be running)."""
+    """Append a heartbeat (the run must be running, and owned by ``epoch`` if given)."""
     state, _ = append_to_run(
         store,
         run_id,
@@ -35,5 +36,6 @@ def record_heartbeat(
                 },
             )
         ],
+        epoch=epoch,
     )
     return state

@@ -1,4 +1,9 @@
-"""Record a workflow node's life: started, agent session known, completed, failed."""
+"""Record a workflow node's life: started, agent session known, completed, failed.
+
+The worker passes its ``epoch`` with each: once the run has a newer owner,
+the append is refused (``WorkerFencedError``). ``None`` is for tools and tests
+that are no worker.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,24 @@ from events.store import EventStore
 
 
 def record_node_started(
-    store: EventStore, run_id: UUID, node: str, *, attempt: int = 1
+    store: EventStore, run_id: UUID, node: str, *, attempt: int = 1, epoch: int | None = None
 ) -> RunState:
     """A node began executing (the run must be running)."""
-    state, _ = append_to_run(store, run_id, [(NodeStarted, {"node": node, "attempt": attempt})])
+    state, _ = append_to_run(
+        store, run_id, [(NodeStarted, {"node": node, "attempt": attempt})], epoch=epoch
+    )
     return state
 
 
-def record_agent_session(store: EventStore, run_id: UUID, node: str, session_id: str) -> RunState:
+def record_agent_session(
+    store: EventStore, run_id: UUID, node: str, session_id: str, *, epoch: int | None = None
+) -> RunState:
     """The agent's native session id is known: record it at once, for resume and audit."""
     state, _ = append_to_run(
-        store, run_id, [(AgentSessionRecorded, {"node": node, "agent_session_id": session_id})]
+        store,
+        run_id,
+        [(AgentSessionRecorded, {"node": node, "agent_session_id": session_id})],
+        epoch=epoch,
     )
     return state
 
@@ -34,6 +46,7 @@ def record_node_completed(
     agent_session_id: str | None = None,
     usage: Usage | None = None,
     turns: int | None = None,
+    epoch: int | None = None,
 ) -> RunState:
     """A node finished; its duration, session, usage and cost are kept."""
     state, _ = append_to_run(
@@ -51,6 +64,7 @@ def record_node_completed(
                 },
             )
         ],
+        epoch=epoch,
     )
     return state
 
@@ -64,6 +78,7 @@ def record_node_failed(
     error_type: str,
     message: str,
     retryable: bool = False,
+    epoch: int | None = None,
 ) -> RunState:
     """A node raised; the error's type, message and retryability are kept."""
     state, _ = append_to_run(
@@ -81,5 +96,6 @@ def record_node_failed(
                 },
             )
         ],
+        epoch=epoch,
     )
     return state

@@ -17,9 +17,14 @@ def resume_run(
     host: str,
     background: bool = False,
     log_path: str | None = None,
+    process_start: str | None = None,
     from_checkpoint_id: str | None = None,
 ) -> RunState:
-    """Record that a worker continues the run from its last checkpoint."""
+    """Record that a worker continues the run from its last checkpoint: a new owner.
+
+    Every earlier owner is fenced off from here on. ``state.epoch`` of the
+    result is the worker's epoch, to pass with its appends.
+    """
     state, _ = append_to_run(
         store,
         run_id,
@@ -32,6 +37,7 @@ def resume_run(
                     "background": background,
                     "log_path": log_path,
                     "from_checkpoint_id": from_checkpoint_id,
+                    "process_start": process_start,
                 },
             )
         ],

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
-from commands.errors import InvalidTransitionError, RunNotFoundError
+from commands.errors import InvalidTransitionError, RunNotFoundError, WorkerFencedError
 from events.base import Event, utc_now
 from events.errors import ConcurrencyError
 from events.runs import (
@@ -68,6 +68,8 @@ ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
         {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED}
     ),
 }
+#: Events that hand the run to a new owner (a worker), numbered by ``next_events``.
+_NEW_OWNER: frozenset[type[Event]] = frozenset({RunStarted, RunResumed})
 #: Events recorded while a worker executes the run.
 WHILE_RUNNING = frozenset({RunStatus.RUNNING})
 
@@ -94,8 +96,12 @@ class RunState:
     node_names: list[str] = field(default_factory=list)
     completed_nodes: list[str] = field(default_factory=list)
     current_node: str | None = None
+    #: The current owner: 0 until the run first starts, then one more per start/resume.
+    epoch: int = 0
+    #: The owner's process (the creator while pending): pid, host, start time.
     pid: int | None = None
     host: str | None = None
+    process_start: str | None = None
 
     def apply(self, event: Event) -> None:
         self.version = event.originator_version
@@ -106,8 +112,11 @@ class RunState:
             self.workflow = event.workflow
             self.agent_type = event.agent_type
             self.node_names = list(event.node_names)
+            self.pid, self.host, self.process_start = event.pid, event.host, event.process_start
         elif isinstance(event, RunStarted | RunResumed):
-            self.pid, self.host = event.pid, event.host
+            # Events older than fencing carry no epoch: count the owners instead.
+            self.epoch = event.epoch or self.epoch + 1
+            self.pid, self.host, self.process_start = event.pid, event.host, event.process_start
         elif isinstance(event, NodeStarted):
             self.current_node = event.node
         elif isinstance(event, NodeCompleted):
@@ -169,21 +178,46 @@ def check_transition(state: RunState, event_type: type[Event]) -> None:
         raise InvalidTransitionError(str(state.run_id), state.status.value, action)
 
 
-def next_events(state: RunState, items: Sequence[tuple[type[E], dict[str, Any]]]) -> list[E]:
+def check_owner(state: RunState, epoch: int | None) -> None:
+    """Raise ``WorkerFencedError`` unless ``epoch`` is the run's current owner (None: no owner).
+
+    Appends made on behalf of an owner (a worker's node events, output,
+    heartbeats, checkpoints; an orphan check's interruption of that owner)
+    pass its epoch. The append is compare-and-set on the stream version this
+    state was folded at, so the owner checked here is still the owner when
+    the events commit: a start or resume in between makes the append conflict,
+    and the retry sees the new owner.
+    """
+    if epoch is not None and state.epoch != epoch:
+        raise WorkerFencedError(state.run_id.hex, epoch, state.epoch)
+
+
+def next_events(
+    state: RunState,
+    items: Sequence[tuple[type[E], dict[str, Any]]],
+    *,
+    epoch: int | None = None,
+) -> list[E]:
     """Build events that follow ``state``, numbering versions and stamping one time.
 
-    Each event is checked against the status the previous ones lead to.
+    The run must be owned by ``epoch`` (if given); each event is checked
+    against the status the previous ones lead to. A start or resume is given
+    the next owner's epoch here, as versions are.
     """
+    check_owner(state, epoch)
     now = utc_now()
     events: list[E] = []
-    probe = RunState(run_id=state.run_id, version=state.version, status=state.status)
+    probe = RunState(
+        run_id=state.run_id, version=state.version, status=state.status, epoch=state.epoch
+    )
     for event_type, fields in items:
         check_transition(probe, event_type)
+        owner = {"epoch": probe.epoch + 1} if event_type in _NEW_OWNER else {}
         event = event_type(
             originator_id=state.run_id,
             originator_version=probe.version + 1,
             timestamp=now,
-            **fields,
+            **{**fields, **owner},
         )
         probe.apply(event)
         events.append(event)
@@ -195,19 +229,24 @@ CONFLICT_RETRIES = 5
 
 
 def append_to_run(
-    store: EventStore, run_id: UUID, items: Sequence[tuple[type[E], dict[str, Any]]]
+    store: EventStore,
+    run_id: UUID,
+    items: Sequence[tuple[type[E], dict[str, Any]]],
+    *,
+    epoch: int | None = None,
 ) -> tuple[RunState, list[E]]:
-    """Load the run, check each transition, append the events in one transaction.
+    """Load the run, check its owner and each transition, append the events in one transaction.
 
     A run's stream has several writers (the worker's graph, its heartbeat thread,
     a cancel from another process). When one appends between our load and our
     append, the store refuses ours with ``ConcurrencyError``; we then reload and
     decide again on the new state (which may now refuse the transition), a few
-    times before giving up. Nothing is ever appended on a stale decision.
+    times before giving up. Nothing is ever appended on a stale decision, and
+    with ``epoch`` nothing is appended once the run has another owner.
     """
     for attempt in range(CONFLICT_RETRIES):
         state = load_run(store, run_id)
-        events = next_events(state, items)
+        events = next_events(state, items, epoch=epoch)
         try:
             store.append(events)
         except ConcurrencyError:

@@ -10,12 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from commands.run_state import check_owner, check_transition, load_run
 from events.base import Event
+from events.errors import ConcurrencyError
 from events.store import EventStore
 
 
-def save_checkpoint(store: EventStore, events: Sequence[Event]) -> None:
-    """Append one step's events (outbox, writes, checkpoint) atomically."""
+def save_checkpoint(
+    store: EventStore, events: Sequence[Event], *, epoch: int | None = None
+) -> None:
+    """Append one step's events (outbox, writes, checkpoint) atomically.
+
+    With ``epoch`` (a worker saving its run's graph) the stream is a run that
+    must still be running under that owner: a cancelled run or a fenced-off
+    worker gets ``InvalidTransitionError`` / ``WorkerFencedError`` and nothing
+    is stored. The check is made at the version the batch follows, so the
+    append's compare-and-set on that version keeps it true until commit.
+    """
     if not events:
         return
     first = events[0]
@@ -29,4 +40,13 @@ def save_checkpoint(store: EventStore, events: Sequence[Event]) -> None:
                 f"{type(event).__name__} is version {event.originator_version} of "
                 f"{event.originator_id}"
             )
+    if epoch is not None:
+        state = load_run(store, first.originator_id)
+        if state.version != first.originator_version - 1:
+            raise ConcurrencyError(
+                f"Stream {first.originator_id} is at version {state.version}, "
+                f"not {first.originator_version - 1}."
+            )
+        check_owner(state, epoch)
+        check_transition(state, type(first))  # run events and checkpoints: while running
     store.append(events)

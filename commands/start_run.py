@@ -17,11 +17,26 @@ def start_run(
     host: str,
     background: bool = False,
     log_path: str | None = None,
+    process_start: str | None = None,
 ) -> RunState:
-    """Record that a worker took the run. Only a pending run can start."""
+    """Record that a worker took the run: its first owner. Only a pending run can start.
+
+    ``state.epoch`` of the result is the worker's epoch, to pass with its appends.
+    """
     state, _ = append_to_run(
         store,
         run_id,
-        [(RunStarted, {"pid": pid, "host": host, "background": background, "log_path": log_path})],
+        [
+            (
+                RunStarted,
+                {
+                    "pid": pid,
+                    "host": host,
+                    "background": background,
+                    "log_path": log_path,
+                    "process_start": process_start,
+                },
+            )
+        ],
     )
     return state

@@ -31,25 +31,40 @@ class RunCreated(Event, frozen=True, kw_only=True):
     created_by: str
     origin_run_id: UUID | None = None
     origin_checkpoint_id: str | None = None
+    #: The process that created the run and is about to start it: a pending run
+    #: whose creator is gone never started (see ``shep.recovery``).
+    pid: int | None = None
+    host: str | None = None
+    process_start: str | None = None
 
 
 class RunStarted(Event, frozen=True, kw_only=True):
-    """A worker process took the run and began executing it (status: running)."""
+    """A worker process took the run and began executing it (status: running).
+
+    ``epoch`` numbers the run's owners: each start or resume makes a new one,
+    and only the current owner's appends are accepted (fencing). ``pid``,
+    ``host`` and ``process_start`` identify the worker process; a reused pid
+    has another start time.
+    """
 
     pid: int
     host: str
     background: bool = False
     log_path: str | None = None
+    epoch: int = 0
+    process_start: str | None = None
 
 
 class RunResumed(Event, frozen=True, kw_only=True):
-    """An interrupted or waiting run continued in a worker (status: running)."""
+    """An interrupted or waiting run continued in a worker (status: running); a new owner."""
 
     pid: int
     host: str
     background: bool = False
     log_path: str | None = None
     from_checkpoint_id: str | None = None
+    epoch: int = 0
+    process_start: str | None = None
 
 
 class NodeStarted(Event, frozen=True, kw_only=True):
@@ -124,11 +139,15 @@ class ArtifactWritten(Event, frozen=True, kw_only=True):
 
 
 class RunInterrupted(Event, frozen=True, kw_only=True):
-    """The run's worker is gone (crash, kill, lost heartbeat); the run is resumable."""
+    """The run's worker is gone (crash, kill, lost heartbeat); the run is resumable.
+
+    ``epoch`` is the owner that was interrupted (0 for a run that never started).
+    """
 
     reason: str
     detected_by_pid: int | None = None
     detected_by_host: str | None = None
+    epoch: int | None = None
 
 
 class RunCancelled(Event, frozen=True, kw_only=True):

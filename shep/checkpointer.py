@@ -182,7 +182,9 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
 
     ``store`` is the event store to append to; ``db_path`` the same database,
     opened again here (read side) for the ``checkpoints`` projection. Safe to
-    use from LangGraph's background threads.
+    use from LangGraph's background threads. A worker passes its ``epoch``:
+    the thread is then its run, and every append is refused once the run has
+    another owner or has ended (see ``commands.save_checkpoint``).
     """
 
     def __init__(
@@ -192,11 +194,14 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         *,
         serde: SerializerProtocol | None = None,
         buffer_writes: bool = True,
+        epoch: int | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
         self.db_path = Path(db_path)
         self.buffer_writes = buffer_writes
+        #: A worker's ownership of its run: every append is fenced with it.
+        self.epoch = epoch
         self._state = _State()
 
     # -- the outbox and flushing ---------------------------------------------------------
@@ -257,7 +262,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
                 version = self._version(stream)
                 batch = self._number(stream, version, pending, tail)
                 try:
-                    save_checkpoint(self.store, batch)
+                    save_checkpoint(self.store, batch, epoch=self.epoch)
                 except ConcurrencyError:
                     # Someone else appended to the stream (a command, a heartbeat): reload.
                     state.versions.pop(stream, None)

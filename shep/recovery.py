@@ -1,10 +1,22 @@
 """Finding runs whose worker is gone, and marking them interrupted.
 
 Every shep command runs ``find_orphans`` on the runs projection (a cheap
-indexed read). A running run is an orphan when its worker pid no longer exists
-on this host, or when its last heartbeat is older than ``orphan_after`` seconds
-(a worker on another host, or a pid reused by another process). Marking it is
-an event (``RunInterrupted``), written through ``commands`` like any other.
+indexed read). A running run is an orphan when
+
+- its worker ran on this host and that process is gone: no process has its
+  pid, or the one that has it started at another time (a reused pid). A
+  worker that is still there is **not** an orphan however old its heartbeat
+  (a stopped process, a sleeping laptop): it would wake and go on;
+- its worker ran on another host and its last heartbeat is older than
+  ``orphan_after`` seconds (the only sign there is).
+
+A pending run is an orphan when the process that created it is gone before
+starting it (a failure or Ctrl-C in between), or, for a creator on another
+host, when it has been pending longer than ``orphan_after``.
+
+Marking it is an event (``RunInterrupted``), written through ``commands``,
+compare-and-set on the owner the decision was made about (its epoch): if the
+run was resumed meanwhile, nothing is recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +27,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import apsw
+import msgspec
+
+from shep.identity import process_start
 
 DEFAULT_ORPHAN_AFTER = 120.0
 
@@ -23,6 +38,51 @@ DEFAULT_ORPHAN_AFTER = 120.0
 class Orphan:
     run_id: str
     reason: str
+    #: The owner found gone (0: the run never started), for the compare-and-set.
+    epoch: int
+
+
+class _Owner(msgspec.Struct):
+    """The fields of ``RunCreated``/``RunStarted``/``RunResumed`` that name the run's process."""
+
+    pid: int | None = None
+    host: str | None = None
+    process_start: str | None = None
+    epoch: int = 0
+
+
+_OWNER_TOPICS = tuple(f"events.runs:{name}" for name in ("RunStarted", "RunResumed", "RunCreated"))
+_LATEST_OWNER = (
+    "SELECT topic, state FROM stored_events WHERE originator_id=? AND topic IN (?,?,?) "
+    "ORDER BY originator_version DESC LIMIT 1"
+)
+_OWNERS_SO_FAR = "SELECT count(*) FROM stored_events WHERE originator_id=? AND topic IN (?,?)"
+
+
+def _owner(conn: apsw.Connection, run_id: str) -> _Owner:
+    """The run's newest owner as the log says (the projection keeps no process start time)."""
+    row = conn.execute(_LATEST_OWNER, (run_id, *_OWNER_TOPICS)).fetchone()
+    if row is None:
+        return _Owner()
+    owner = msgspec.json.decode(row[1], type=_Owner)
+    if row[0] != _OWNER_TOPICS[2] and not owner.epoch:
+        # Written before fencing: the fold counts owners, so count them here too.
+        count = conn.execute(_OWNERS_SO_FAR, (run_id, *_OWNER_TOPICS[:2])).fetchone()
+        owner.epoch = int(count[0]) if count else 0
+    return owner
+
+
+def worker_alive(pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` still exists here and is the one that started at ``started``.
+
+    Without a recorded start time (or off Linux) the pid alone decides.
+    """
+    if not pid_alive(pid):
+        return False
+    if started is None:
+        return True
+    now = process_start(pid)
+    return now is None or now == started
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,22 +108,32 @@ def find_orphans(
     orphan_after: float = DEFAULT_ORPHAN_AFTER,
     now: datetime | None = None,
 ) -> list[Orphan]:
-    """Running runs whose worker is gone (pid dead here) or silent (stale heartbeat)."""
+    """Running or pending runs whose process is gone (see the module docstring)."""
     moment = now or datetime.now(UTC)
     stale_before = (moment - timedelta(seconds=orphan_after)).isoformat()
     orphans = []
-    for run_id, pid, run_host, heartbeat in conn.execute(
-        "SELECT run_id, pid, host, last_heartbeat FROM runs WHERE status='running'"
+    for run_id, status, heartbeat, created_at in conn.execute(
+        "SELECT run_id, status, last_heartbeat, created_at FROM runs "
+        "WHERE status IN ('running', 'pending')"
     ):
-        if run_host == host and pid is not None and not pid_alive(int(pid)):
-            orphans.append(Orphan(str(run_id), f"worker pid {pid} on {host} is gone"))
-        elif heartbeat is None or str(heartbeat) < stale_before:
-            orphans.append(
-                Orphan(
-                    str(run_id),
-                    f"no heartbeat for more than {orphan_after:g}s (pid {pid} on {run_host})",
+        run = str(run_id)
+        owner = _owner(conn, run)
+        epoch = owner.epoch if status == "running" else 0
+        pid, who = owner.pid, "worker" if status == "running" else "creator"
+        if owner.host == host and pid is not None:
+            if not worker_alive(pid, owner.process_start):
+                orphans.append(Orphan(run, f"{who} pid {pid} on {host} is gone", epoch))
+        elif status == "running":
+            if heartbeat is None or str(heartbeat) < stale_before:
+                orphans.append(
+                    Orphan(
+                        run,
+                        f"no heartbeat for more than {orphan_after:g}s (pid {pid} on {owner.host})",
+                        epoch,
+                    )
                 )
-            )
+        elif str(created_at) < stale_before:
+            orphans.append(Orphan(run, f"never started in {orphan_after:g}s", epoch))
     return orphans
 
 

@@ -9,7 +9,11 @@ The runner is the only place where a workflow meets the event store:
   that holds the node's result, through the checkpointer's outbox, so after a
   crash a node is either completed with its result saved or re-run: never
   completed twice;
-- a heartbeat thread records the worker's pid, host and progress.
+- a heartbeat thread records the worker's pid, host and progress;
+- every append carries the worker's ``epoch`` (fencing): once the run has a
+  newer owner (it was interrupted and resumed while this worker was stopped)
+  or has ended (cancelled), appends are refused, and the worker stops its
+  agent and returns without writing anything more.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import apsw
 import msgspec
 
 from commands.complete_run import complete_run
-from commands.errors import InvalidTransitionError
+from commands.errors import InvalidTransitionError, WorkerFencedError
 from commands.fail_run import fail_run
 from commands.mark_interrupted import mark_interrupted
 from commands.record_agent_output import AgentOutputBuffer, OutputItem
@@ -144,9 +148,12 @@ class Runner:
         self._live = _Live()
         self._attempts: dict[str, int] = {}
         self._inflight_sessions: dict[str, str] = {}
+        self.epoch = 0
         self._buffer = AgentOutputBuffer(store, run_id)
         self._started = time.monotonic()
         self._saver: Any = None
+        #: Set when an append was refused: the run is no longer ours to write.
+        self._ended = threading.Event()
 
     def _executor(self, home: Path) -> AgentExecutor:
         agent_type = self.plan.agent_type
@@ -161,18 +168,22 @@ class Runner:
 
     # -- the run --------------------------------------------------------------------------
 
-    def execute(self) -> RunStatus:
+    def execute(self, epoch: int) -> RunStatus:
         """Run the graph from its last checkpoint to the end; record how it ended.
 
-        The run must already be running (``start_run`` / ``resume_run``).
+        The run must already be running, owned by ``epoch`` (the state that
+        ``start_run`` / ``resume_run`` returned). If another owner takes it
+        over, or it is cancelled, this returns its status without recording.
         """
         from shep.checkpointer import EventStoreCheckpointSaver
 
+        self.epoch = epoch
+        self._buffer = AgentOutputBuffer(self.store, self.run_id, epoch=epoch)
         self._remember_history()
         stop = threading.Event()
         heartbeat = threading.Thread(target=self._heartbeat, args=(stop,), daemon=True)
         heartbeat.start()
-        saver = self._saver = EventStoreCheckpointSaver(self.store, self.db_path)
+        saver = self._saver = EventStoreCheckpointSaver(self.store, self.db_path, epoch=epoch)
         config: Any = {"configurable": {"thread_id": self.run_id.hex}, "recursion_limit": 200}
         try:
             with _terminate_raises():
@@ -193,10 +204,13 @@ class Runner:
                 finally:
                     saver.flush()
             return self._finish()
-        except InvalidTransitionError:
-            # Someone else ended the run (a cancel): it is no longer ours to record.
-            return load_run(self.store, self.run_id).status
+        except (InvalidTransitionError, WorkerFencedError):
+            # Someone else ended the run (a cancel) or took it over (a resume while
+            # this worker was stopped): it is no longer ours to record.
+            return self._gone()
         except (WorkerStopped, KeyboardInterrupt) as e:
+            if self._ended.is_set():
+                return self._gone()
             reason = (
                 "worker stopped by SIGTERM"
                 if isinstance(e, WorkerStopped)
@@ -204,8 +218,12 @@ class Runner:
             )
             return self._interrupt(reason)
         except AgentError as e:
+            if self._ended.is_set():
+                return self._gone()  # the agent was stopped because the run is not ours
             return self._fail(type(e).__name__, str(e))
         except Exception as e:
+            if self._ended.is_set():
+                return self._gone()
             # Not the agent's fault (a full disk, a bug of ours): keep the run resumable.
             with contextlib.suppress(Exception):
                 self._interrupt(f"worker error: {type(e).__name__}: {e}")
@@ -219,34 +237,47 @@ class Runner:
 
     def _finish(self) -> RunStatus:
         state = load_run(self.store, self.run_id)
-        if state.status is not RunStatus.RUNNING:
-            return state.status
+        if state.status is not RunStatus.RUNNING or state.epoch != self.epoch:
+            return self._gone()
         missing = [n for n in self.plan.workflow.node_names if n not in state.completed_nodes]
         if missing:
             return self._fail("IncompleteRunError", f"nodes never completed: {', '.join(missing)}")
         elapsed = int((time.monotonic() - self._started) * 1000)
-        return complete_run(self.store, self.run_id, duration_ms=elapsed).status
+        return complete_run(self.store, self.run_id, duration_ms=elapsed, epoch=self.epoch).status
 
     def _fail(self, error_type: str, message: str) -> RunStatus:
-        with contextlib.suppress(InvalidTransitionError):
+        with contextlib.suppress(InvalidTransitionError, WorkerFencedError):
             fail_run(
                 self.store,
                 self.run_id,
                 error_type=error_type,
                 message=message,
                 node=self._live.node,
+                epoch=self.epoch,
             )
         return load_run(self.store, self.run_id).status
 
     def _interrupt(self, reason: str) -> RunStatus:
-        with contextlib.suppress(InvalidTransitionError, ConcurrencyError):
+        with contextlib.suppress(InvalidTransitionError, ConcurrencyError, WorkerFencedError):
             mark_interrupted(
                 self.store,
                 self.run_id,
                 reason=reason,
                 detected_by_pid=self.pid,
                 detected_by_host=self.host,
+                epoch=self.epoch,
             )
+        return load_run(self.store, self.run_id).status
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the run ended or changed owner elsewhere while this worker ran it."""
+        return self._ended.is_set()
+
+    def _gone(self) -> RunStatus:
+        """The run ended or changed owner elsewhere: stop our agent, record nothing more."""
+        self._ended.set()
+        _stop_own_agents()
         return load_run(self.store, self.run_id).status
 
     def _remember_history(self) -> None:
@@ -265,7 +296,7 @@ class Runner:
         attempt = self._attempts.get(step.name, 0) + 1
         self._attempts[step.name] = attempt
         index = self.plan.workflow.node_names.index(step.name) + 1
-        record_node_started(self.store, self.run_id, step.name, attempt=attempt)
+        record_node_started(self.store, self.run_id, step.name, attempt=attempt, epoch=self.epoch)
         with self._live.lock:
             self._live.node, self._live.activity = step.name, None
         self.progress.node_started(step.name, index, attempt)
@@ -283,6 +314,7 @@ class Runner:
                 error_type=type(e).__name__,
                 message=str(e),
                 retryable=e.retryable,
+                epoch=self.epoch,
             )
             self.progress.node_finished(step.name, False, str(e))
             raise
@@ -317,6 +349,8 @@ class Runner:
 
     def _enqueue_with_checkpoint(self, items: list[tuple[type[Any], dict[str, Any]]]) -> None:
         # Joins the transaction of this step's checkpoint: see shep.checkpointer's outbox.
+        # The saver is fenced with our epoch, so the batch is refused unless the run is
+        # still running and ours (commands.save_checkpoint checks it at this version).
         saver = self._saver
         assert saver is not None, "nodes run only inside execute()"
         run_id = self.run_id
@@ -358,7 +392,9 @@ class Runner:
         if not self.executor.supports("streaming"):
             result = self.executor.execute(prompt, options)
             if result.session_id:
-                record_agent_session(self.store, self.run_id, step.name, result.session_id)
+                record_agent_session(
+                    self.store, self.run_id, step.name, result.session_id, epoch=self.epoch
+                )
             self._output(step.name, OutputItem(kind="text", text=result.text))
             return result
         text = _LineJoiner()
@@ -379,7 +415,9 @@ class Runner:
 
     def _handle(self, step: AgentStep, event: AgentEvent) -> AgentResult | None:
         if isinstance(event, SessionStarted) and event.session_id:
-            record_agent_session(self.store, self.run_id, step.name, event.session_id)
+            record_agent_session(
+                self.store, self.run_id, step.name, event.session_id, epoch=self.epoch
+            )
             self._inflight_sessions[step.name] = event.session_id
         elif isinstance(event, ToolUse):
             summary = msgspec.json.encode(event.input).decode()[:300]
@@ -475,16 +513,47 @@ class Runner:
                         node=node,
                         last_activity=activity,
                         tokens_so_far=tokens,
+                        epoch=self.epoch,
                     )
                     break
                 except ConcurrencyError:
                     continue
-                except InvalidTransitionError:
+                except (InvalidTransitionError, WorkerFencedError):
+                    # Cancelled, or resumed by another worker while we were stopped: the
+                    # agent's work is no longer wanted. Stop it; the graph thread then
+                    # sees the agent fail, finds the run gone, and records nothing.
+                    self._ended.set()
+                    _stop_own_agents()
                     return
                 except ShepError:
                     break
             with contextlib.suppress(ShepError):
                 catch_up(projections)
+
+
+def _stop_own_agents() -> None:
+    """Kill the agent process groups this worker started (its children that lead a group).
+
+    Not ``shep cancel``'s search by ``SHEP_RUN_ID``: a newer worker of the same
+    run has agents with that variable too, and they must live.
+    """
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid, ppid, pgid = int(entry), int(fields[1]), int(fields[2])
+        if ppid == me and pgid == pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
 
 
 class _LineJoiner:

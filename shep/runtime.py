@@ -73,14 +73,20 @@ class Runtime:
         return self._store
 
     def check_orphans(self) -> int:
-        """Mark running runs whose worker is gone as interrupted; say so in one line.
+        """Mark running (or never started) runs whose process is gone as interrupted.
 
-        Cheap when nothing is running: one indexed read of the runs projection.
+        Says so in one line. Cheap when nothing is running: one indexed read of
+        the runs projection.
         """
         if not os.path.exists(self.db_file):
             return 0
         conn = self.read_db()
-        if conn.execute("SELECT 1 FROM runs WHERE status='running' LIMIT 1").fetchone() is None:
+        if (
+            conn.execute(
+                "SELECT 1 FROM runs WHERE status IN ('running', 'pending') LIMIT 1"
+            ).fetchone()
+            is None
+        ):
             return 0
         from shep.identity import host_name
         from shep.recovery import find_orphans, orphan_after
@@ -90,7 +96,7 @@ class Runtime:
             return 0
         from uuid import UUID
 
-        from commands.errors import InvalidTransitionError
+        from commands.errors import InvalidTransitionError, WorkerFencedError
         from commands.mark_interrupted import mark_interrupted
         from events.errors import ConcurrencyError
         from projections.runner import catch_up
@@ -104,10 +110,11 @@ class Runtime:
                     reason=orphan.reason,
                     detected_by_pid=os.getpid(),
                     detected_by_host=host_name(),
+                    epoch=orphan.epoch,
                 )
                 marked += 1
-            except (InvalidTransitionError, ConcurrencyError):
-                continue  # another process got there first, or the run just ended
+            except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
+                continue  # another process got there first, the run ended, or was resumed
         catch_up(conn)
         if marked:
             noun = "run" if marked == 1 else "runs"

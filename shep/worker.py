@@ -1,7 +1,13 @@
 """Starting, resuming and stopping workers: foreground, detached background, cancel.
 
-A background worker is ``python -m shep _worker RUN`` in a new session with its
-output in ``$SHEP_HOME/logs/RUN.log``; it survives the terminal that started it.
+A background worker is ``python -P -m shep _worker RUN`` in a new session,
+started in ``$SHEP_HOME`` with its output in ``$SHEP_HOME/logs/RUN.log``; it
+survives the terminal that started it. ``-P`` and the neutral directory keep
+the caller's directory (the user's repository, which may have its own
+``events/`` or ``shep/`` package) off ``sys.path``: a worker imports only shep.
+
+A worker is identified by pid, host and process start time: a pid reused by
+another process never matches, so it is never signalled.
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ import time
 from pathlib import Path
 from uuid import UUID
 
-from commands.run_state import RunStatus, load_run
+from commands.run_state import RunState, RunStatus, load_run
 from events.errors import ShepError
 from events.store import EventStore
-from shep.recovery import pid_alive
+from shep.identity import process_start
+from shep.recovery import worker_alive
 
 
 def log_path(home: Path, run_id: UUID) -> Path:
@@ -29,7 +36,8 @@ def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | Non
     """Start a detached worker for the run; return its pid at once."""
     path = log_path(home, run_id)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "shep", "_worker", run_id.hex]
+    # -P: never put the working directory (or a script's) first on sys.path.
+    argv = [sys.executable, "-P", "-m", "shep", "_worker", run_id.hex]
     if resume:
         argv.append("--resume")
     if timeout is not None:
@@ -43,7 +51,8 @@ def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | Non
             stderr=log,
             start_new_session=True,
             close_fds=True,
-            env={**os.environ, "SHEP_HOME": str(home)},
+            cwd=home,
+            env={**os.environ, "SHEP_HOME": str(home), "PYTHONSAFEPATH": "1"},
         )
     return process.pid
 
@@ -69,16 +78,27 @@ def agent_process_groups(run_id: UUID) -> set[int]:
     return groups
 
 
-def stop_worker(pid: int | None, run_id: UUID, *, grace: float) -> list[str]:
-    """TERM the worker, KILL it after ``grace`` seconds, then kill the agent's process groups."""
+def stop_worker(pid: int | None, started: str | None, run_id: UUID, *, grace: float) -> list[str]:
+    """TERM the worker, KILL it after ``grace`` seconds, then kill the agent's process groups.
+
+    The worker is signalled only while it is still the process that was
+    recorded (pid and start time ``started``); pass ``pid=None`` for a run
+    known to have no worker on this host.
+    """
     done: list[str] = []
-    if pid is not None and pid != os.getpid() and pid_alive(pid):
+
+    def alive() -> bool:
+        return pid is not None and worker_alive(pid, started)
+
+    if pid is not None and pid != os.getpid() and alive():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+            # A stopped worker (SIGSTOP, Ctrl-Z) handles TERM only once it runs again.
+            os.kill(pid, signal.SIGCONT)
         deadline = time.monotonic() + grace
-        while pid_alive(pid) and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if pid_alive(pid):
+        if alive():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             done.append(f"killed worker {pid}")
@@ -110,13 +130,23 @@ class WorkerNotAssignedError(ShepError):
     """The launcher never recorded this worker as the run's worker."""
 
 
-def wait_until_assigned(store: EventStore, run_id: UUID, pid: int, *, timeout: float = 60) -> None:
-    """Block until the run is running with ``pid`` as its worker (the launcher records it)."""
+def wait_until_assigned(
+    store: EventStore, run_id: UUID, pid: int, *, timeout: float = 60
+) -> RunState:
+    """Block until the run is running with this process as its worker (the launcher records it).
+
+    Returns that state: its ``epoch`` is this worker's, to fence its appends with.
+    """
     deadline = time.monotonic() + timeout
+    started = process_start(pid)
     while True:
         state = load_run(store, run_id)
-        if state.status is RunStatus.RUNNING and state.pid == pid:
-            return
+        if (
+            state.status is RunStatus.RUNNING
+            and state.pid == pid
+            and (state.process_start is None or state.process_start == started)
+        ):
+            return state
         if time.monotonic() > deadline:
             raise WorkerNotAssignedError(
                 f"Run {run_id.hex[:8]} was not handed to worker {pid} "

@@ -35,7 +35,7 @@ def demo(ctx: click.Context, delay: float) -> None:
     from shep.cli.run import execute_run
     from shep.cli.status import status
     from shep.demo import SAMPLE_REPO
-    from shep.identity import current_actor
+    from shep.identity import current_actor, host_name, process_start
     from shep.workflows import get_workflow
 
     home = Path(tempfile.mkdtemp(prefix="shep-demo-"))
@@ -61,6 +61,9 @@ def demo(ctx: click.Context, delay: float) -> None:
         repo=str(repo),
         node_names=workflow.node_names,
         created_by=current_actor(),
+        pid=os.getpid(),
+        host=host_name(),
+        process_start=process_start(os.getpid()),
     )
     click.echo(
         f"shep demo: analyzing a sample repository with the DEMO agent "

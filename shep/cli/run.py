@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import click
 
 from events.errors import ShepError
 from shep.runtime import Runtime
+
+if TYPE_CHECKING:
+    from commands.run_state import RunState
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -82,7 +86,8 @@ def run(
     """Run workflow NAME on a repository with the configured agent."""
     from commands.create_run import create_run
     from projections.queries import find_interrupted_run
-    from shep.identity import current_actor
+    from shep.identity import current_actor, host_name, process_start
+    from shep.secrets import load_token
     from shep.settings import load_settings
     from shep.workflows import get_workflow
 
@@ -95,10 +100,13 @@ def run(
     settings = load_settings(store)
     agent_type = settings.require_agent()
     _check_binary(agent_type, settings.binary)
+    # Fails here, before any run exists, if the secrets file cannot be read.
+    load_token(runtime.home, agent_type)
     interrupted = find_interrupted_run(runtime.read_db(), name, str(repo_path))
     if interrupted is not None and _should_resume(interrupted, resume):
-        _resume(runtime, UUID(interrupted), background=background, timeout=timeout)
+        _resume(runtime, UUID(interrupted), background=background, timeout=timeout, force=False)
         return
+    me = os.getpid()
     run_id = create_run(
         store,
         workflow=workflow.name,
@@ -108,6 +116,9 @@ def run(
         inputs=parsed,
         node_names=workflow.node_names,
         created_by=current_actor(),
+        pid=me,
+        host=host_name(),
+        process_start=process_start(me),
     )
     _launch(runtime, run_id, resume=False, background=background, timeout=timeout)
 
@@ -121,17 +132,26 @@ def run(
     metavar="SECONDS",
     help="Time limit of each agent call.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="If RUN is still running (a stuck or stopped worker): stop that worker, then resume.",
+)
 @click.pass_obj
-def resume(runtime: Runtime, run_ref: str, background: bool, timeout: float | None) -> None:
+def resume(
+    runtime: Runtime, run_ref: str, background: bool, timeout: float | None, force: bool
+) -> None:
     """Continue an interrupted RUN from its last checkpoint.
 
     Completed nodes are not run again; the node that was in flight is re-run,
-    continuing the agent's session where the agent supports it.
+    continuing the agent's session where the agent supports it. A run whose
+    worker is still alive is not resumed unless --force: that worker is
+    interrupted first, and fenced off, so it can never write to the run again.
     """
     from projections.queries import resolve_run_id
 
     run_id = UUID(resolve_run_id(runtime.read_db(), run_ref))
-    _resume(runtime, run_id, background=background, timeout=timeout)
+    _resume(runtime, run_id, background=background, timeout=timeout, force=force)
 
 
 @click.command()
@@ -145,19 +165,25 @@ def resume(runtime: Runtime, run_ref: str, background: bool, timeout: float | No
 )
 @click.pass_obj
 def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
-    """Cancel RUN: record it, stop its worker (TERM, then KILL) and the agent's processes."""
+    """Cancel RUN: record it, stop its worker (TERM, then KILL) and the agent's processes.
+
+    Only the run's own worker is signalled: a process that merely has its
+    pid now (the worker died and the pid was reused) is left alone, and a run
+    with no worker (waiting, interrupted) gets no signal.
+    """
     from commands.cancel_run import cancel_run
-    from commands.run_state import load_run
+    from commands.run_state import RunStatus, load_run
     from projections.queries import resolve_run_id
-    from shep.identity import current_actor, host_name
+    from shep.identity import current_actor
     from shep.worker import stop_worker
 
     run_id = UUID(resolve_run_id(runtime.read_db(), run_ref))
     store = runtime.store()
     before = load_run(store, run_id)
     cancel_run(store, run_id, cancelled_by=current_actor())
-    pid = before.pid if before.host == host_name() else None
-    for line in stop_worker(pid, run_id, grace=grace):
+    running = before.status is RunStatus.RUNNING
+    pid, started = _local_worker(before) if running else (None, None)
+    for line in stop_worker(pid, started, run_id, grace=grace):
         click.echo(line)
     click.echo(f"Cancelled run {run_id.hex[:8]}.")
 
@@ -217,26 +243,87 @@ def ask_resume(run_id: str, *, input: Any = None, output: Any = None) -> bool:
     return answer.strip().lower() in ("", "y", "yes")
 
 
-def _resume(runtime: Runtime, run_id: UUID, *, background: bool, timeout: float | None) -> None:
+def _local_worker(state: RunState) -> tuple[int | None, str | None]:
+    """The pid and start time of the process that last owned the run, if it ran on this host.
+
+    ``state`` is the run as it was when the worker was last known to run it
+    (a running run, or the fold just before a cancel).
+    """
+    from shep.identity import host_name
+
+    if state.epoch == 0 or state.host != host_name():
+        return None, None
+    return state.pid, state.process_start
+
+
+class WorkerStillRunningError(ShepError):
+    exit_code = 2
+
+
+def _resume(
+    runtime: Runtime, run_id: UUID, *, background: bool, timeout: float | None, force: bool
+) -> None:
     from commands.errors import InvalidTransitionError
     from commands.run_state import RunStatus, load_run
 
-    state = load_run(runtime.store(), run_id)
+    store = runtime.store()
+    state = load_run(store, run_id)
+    if state.status is RunStatus.RUNNING:
+        state = _take_over(runtime, state, force=force)
     if state.status is not RunStatus.INTERRUPTED:
         raise InvalidTransitionError(run_id.hex, state.status.value, "resume it")
     _launch(runtime, run_id, resume=True, background=background, timeout=timeout)
+
+
+def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
+    """Interrupt a running run whose worker is stuck or stopped (``--force``); else refuse.
+
+    The interruption is compare-and-set on the worker's epoch, and the resume
+    that follows makes a new owner, so the old worker is fenced off even if it
+    lives on (another host, a process that ignores signals).
+    """
+    from commands.mark_interrupted import mark_interrupted
+    from shep.identity import current_actor, host_name
+    from shep.worker import stop_worker
+
+    short = state.run_id.hex[:8]
+    where = f"worker {state.pid} on {state.host}"
+    if not force:
+        raise WorkerStillRunningError(
+            f"Run {short} is still running ({where}). If that worker is stuck, "
+            f"`shep resume {short} --force` stops it and resumes the run."
+        )
+    pid, started = _local_worker(state)
+    after = mark_interrupted(
+        runtime.store(),
+        state.run_id,
+        reason=f"taken over by {current_actor()} (shep resume --force)",
+        detected_by_pid=os.getpid(),
+        detected_by_host=host_name(),
+        epoch=state.epoch,
+    )
+    for line in stop_worker(pid, started, state.run_id, grace=5.0):
+        click.echo(line, err=True)
+    return after
 
 
 def _launch(
     runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
 ) -> None:
     if background:
+        from commands.fail_run import fail_run
         from commands.resume_run import resume_run
         from commands.start_run import start_run
-        from shep.identity import host_name
+        from shep.identity import host_name, process_start
         from shep.worker import log_path, spawn_worker
 
-        pid = spawn_worker(runtime.home, run_id, resume=resume, timeout=timeout)
+        try:
+            pid = spawn_worker(runtime.home, run_id, resume=resume, timeout=timeout)
+        except OSError as e:
+            message = f"Cannot start a background worker: {e}."
+            if not resume:
+                fail_run(runtime.store(), run_id, error_type="WorkerStartError", message=message)
+            raise ShepError(message) from e
         # Recorded here, not by the worker: a worker that dies while still importing
         # is then a running run with a dead pid, which recovery marks interrupted.
         begin = resume_run if resume else start_run
@@ -247,6 +334,7 @@ def _launch(
             host=host_name(),
             background=True,
             log_path=str(log_path(runtime.home, run_id)),
+            process_start=process_start(pid),
         )
         click.echo(run_id.hex)
         click.echo(
@@ -267,25 +355,41 @@ def execute_run(
     timeout: float | None,
     exit_on_failure: bool = True,
 ) -> None:
-    import os
+    """Execute the run in this process: as its foreground worker, or the background one.
 
+    A failure before the run starts (its agent cannot be set up) fails a new
+    run with the reason rather than leaving it pending.
+    """
+    from commands.fail_run import fail_run
     from commands.resume_run import resume_run
     from commands.run_state import RunStatus
     from commands.start_run import start_run
-    from shep.identity import host_name
+    from shep.identity import host_name, process_start
     from shep.runner import Runner
     from shep.settings import load_settings
     from shep.worker import wait_until_assigned
 
     store = runtime.store()
-    settings = load_settings(store)
-    runner = Runner(store, runtime.db_path, runtime.home, run_id, settings, timeout=timeout)
+    me = os.getpid()
     if background:
         # The launcher records the start with this worker's pid; wait until it has.
-        wait_until_assigned(store, run_id, os.getpid())
-    else:
+        state = wait_until_assigned(store, run_id, me)
+    try:
+        settings = load_settings(store)
+        runner = Runner(store, runtime.db_path, runtime.home, run_id, settings, timeout=timeout)
+    except ShepError as e:
+        if background or not resume:
+            fail_run(
+                store,
+                run_id,
+                error_type=type(e).__name__,
+                message=str(e),
+                epoch=state.epoch if background else None,
+            )
+        raise
+    if not background:
         begin = resume_run if resume else start_run
-        begin(store, run_id, pid=os.getpid(), host=host_name())
+        state = begin(store, run_id, pid=me, host=host_name(), process_start=process_start(me))
     short = run_id.hex[:8]
     if not background:
         click.echo(
@@ -293,7 +397,16 @@ def execute_run(
             f"{runner.plan.agent_type}",
             err=True,
         )
-    status = runner.execute()
+    status = runner.execute(state.epoch)
+    if runner.fenced:
+        click.echo(
+            f"Run {short} is no longer this worker's ({status.value}, another worker or a "
+            f"cancel took it over); this worker stopped without writing more.",
+            err=True,
+        )
+        if exit_on_failure and not background:
+            sys.exit(EXIT_FAILED)
+        return
     if status is RunStatus.COMPLETED:
         click.echo(f"Run {short} completed. See `shep logs {short}`.", err=True)
         return
