@@ -43,6 +43,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint  # n
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 
+from commands.create_run import create_run  # noqa: E402
+from commands.start_run import start_run  # noqa: E402
 from events.store import EventStore  # noqa: E402
 from shep.checkpointer import EventStoreCheckpointSaver  # noqa: E402
 
@@ -99,20 +101,38 @@ def bench(quick: bool) -> dict[str, float]:
         work = Path(tmp)
         store = EventStore(work / "shep.db")
         ours = EventStoreCheckpointSaver(store, work / "shep.db")
+        # What a worker uses: every batch checked against the run's owner (fencing).
+        fenced = EventStoreCheckpointSaver(store, work / "shep.db", epoch=1)
         conn = sqlite3.connect(work / "langgraph.sqlite", check_same_thread=False)
         theirs = SqliteSaver(conn)
         builder = _builder()
         graphs: dict[str, Any] = {
             "none": builder.compile(),
             "ours": builder.compile(checkpointer=ours),
+            "fenced": builder.compile(checkpointer=fenced),
             "sqlite": builder.compile(checkpointer=theirs),
         }
 
+        def thread_id(name: str) -> str:
+            if name != "fenced":
+                return uuid4().hex
+            run_id = create_run(
+                store,
+                workflow="bench",
+                agent_type="demo",
+                repo="/r",
+                node_names=[],
+                created_by="bench",
+            )
+            start_run(store, run_id, pid=1, host="bench")
+            return run_id.hex
+
         def per_node_us(name: str) -> float:
             graph = graphs[name]
+            threads = [thread_id(name) for _ in range(invokes)]
             start = time.perf_counter()
-            for _ in range(invokes):
-                config = {"configurable": {"thread_id": uuid4().hex}}
+            for thread in threads:
+                config = {"configurable": {"thread_id": thread}}
                 if name == "none":
                     # durability="sync" without a checkpointer fails in LangGraph 1.2.22
                     # ('SyncPregelLoop' has no '_put_checkpoint_fut'); it means nothing there.
@@ -121,6 +141,8 @@ def bench(quick: bool) -> dict[str, float]:
                     graph.invoke({"count": 0}, config, durability="sync")
                 if name == "ours":
                     ours.flush()
+                elif name == "fenced":
+                    fenced.flush()
             return (time.perf_counter() - start) / (invokes * NODES) * 1e6
 
         samples: dict[str, list[float]] = {name: [] for name in graphs}
@@ -135,11 +157,13 @@ def bench(quick: bool) -> dict[str, float]:
             direct["ours"].append(_steps_us(ours, steps))
             direct["sqlite"].append(_steps_us(theirs, steps))
         ours.close()
+        fenced.close()
         store.close()
         conn.close()
 
     median = {name: statistics.median(values) for name, values in samples.items()}
     overhead_ours = median["ours"] - median["none"]
+    overhead_fenced = median["fenced"] - median["none"]
     overhead_sqlite = median["sqlite"] - median["none"]
     step_ours = statistics.median(direct["ours"])
     step_sqlite = statistics.median(direct["sqlite"])
@@ -147,10 +171,13 @@ def bench(quick: bool) -> dict[str, float]:
         "checkpointer_nodes": NODES,
         "checkpointer_node_us_none": round(median["none"], 1),
         "checkpointer_node_us_ours": round(median["ours"], 1),
+        "checkpointer_node_us_fenced": round(median["fenced"], 1),
         "checkpointer_node_us_sqlite": round(median["sqlite"], 1),
         "checkpointer_overhead_us_ours": round(overhead_ours, 1),
         "checkpointer_overhead_us_sqlite": round(overhead_sqlite, 1),
         "node_overhead_ratio": round(overhead_ours / overhead_sqlite, 3),
+        # The saver as a worker runs it, checking the run's owner before each batch.
+        "node_overhead_fenced_ratio": round(overhead_fenced / overhead_sqlite, 3),
         "node_time_ratio": round(median["ours"] / median["sqlite"], 3),
         "saver_step_us_ours": round(step_ours, 1),
         "saver_step_us_sqlite": round(step_sqlite, 1),

@@ -127,6 +127,11 @@ class RunState:
             self.current_node = None
 
 
+def changes_status(event_type: type[Event]) -> bool:
+    """Whether an event of this type moves the run to another status (or owner)."""
+    return event_type in _STATUS_AFTER
+
+
 def fold(run_id: UUID, events: Iterable[Event]) -> RunState | None:
     """The state after ``events``, or None if the stream is empty."""
     state: RunState | None = None

@@ -106,6 +106,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from commands.run_state import changes_status
 from commands.save_checkpoint import save_checkpoint
 from events.base import SHEP_NAMESPACE, Event, utc_now
 from events.checkpoints import (
@@ -159,6 +160,8 @@ class _State:
     read_lock: threading.Lock = field(default_factory=threading.Lock)
     pending: dict[UUID, _Pending] = field(default_factory=dict)
     versions: dict[UUID, int] = field(default_factory=dict)
+    #: Per stream, a version at which the run was known to be running and ours.
+    owned_at: dict[UUID, int] = field(default_factory=dict)
     conn: apsw.Connection | None = None
 
 
@@ -261,8 +264,11 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
             for _ in range(MAX_ATTEMPTS):
                 version = self._version(stream)
                 batch = self._number(stream, version, pending, tail)
+                # Right after our own append the run is still ours (the append was
+                # compare-and-set on a version where it was): no need to look again.
+                known = self.epoch is not None and state.owned_at.get(stream) == version
                 try:
-                    save_checkpoint(self.store, batch, epoch=self.epoch)
+                    save_checkpoint(self.store, batch, epoch=None if known else self.epoch)
                 except ConcurrencyError:
                     # Someone else appended to the stream (a command, a heartbeat): reload.
                     state.versions.pop(stream, None)
@@ -272,6 +278,8 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
                     state.pending[stream] = pending
                     raise
                 state.versions[stream] = version + len(batch)
+                if not any(changes_status(type(event)) for event in batch):
+                    state.owned_at[stream] = version + len(batch)
                 return
             state.pending[stream] = pending
             raise ConcurrencyError(

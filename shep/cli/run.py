@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -93,6 +94,13 @@ def run(
 
     workflow = get_workflow(name)
     repo_path = repo.expanduser().resolve()
+    try:
+        str(repo_path).encode()  # recorded as text in events; see events.schema.home_from_env
+    except UnicodeEncodeError as e:
+        raise RunInputError(
+            f"Repository {bytes(repo_path)!r} is not valid UTF-8. "
+            "Rename it (or the directory holding it) so that its path is valid UTF-8."
+        ) from e
     if not repo_path.is_dir():
         raise RunInputError(f"Repository {repo_path} is not a directory.")
     parsed = _parse_inputs(inputs)
@@ -278,32 +286,42 @@ def _resume(
 def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
     """Interrupt a running run whose worker is stuck or stopped (``--force``); else refuse.
 
-    The interruption is compare-and-set on the worker's epoch, and the resume
-    that follows makes a new owner, so the old worker is fenced off even if it
-    lives on (another host, a process that ignores signals).
+    A worker on this host is stopped first (TERM, CONT for a stopped one, KILL
+    after a grace period): it may hold the store's write lock mid-transaction,
+    and once running it records its own interruption. Then, if the run is still
+    running (a killed or remote worker), it is marked interrupted,
+    compare-and-set on that worker's epoch. The resume that follows makes a new
+    owner, so the old worker is fenced off even if it lives on.
     """
+    from commands.errors import InvalidTransitionError, WorkerFencedError
     from commands.mark_interrupted import mark_interrupted
+    from commands.run_state import RunStatus, load_run
     from shep.identity import current_actor, host_name
     from shep.worker import stop_worker
 
     short = state.run_id.hex[:8]
-    where = f"worker {state.pid} on {state.host}"
     if not force:
         raise WorkerStillRunningError(
-            f"Run {short} is still running ({where}). If that worker is stuck, "
-            f"`shep resume {short} --force` stops it and resumes the run."
+            f"Run {short} is still running (worker {state.pid} on {state.host}). If that "
+            f"worker is stuck, `shep resume {short} --force` stops it and resumes the run."
         )
     pid, started = _local_worker(state)
-    after = mark_interrupted(
-        runtime.store(),
-        state.run_id,
-        reason=f"taken over by {current_actor()} (shep resume --force)",
-        detected_by_pid=os.getpid(),
-        detected_by_host=host_name(),
-        epoch=state.epoch,
-    )
     for line in stop_worker(pid, started, state.run_id, grace=5.0):
         click.echo(line, err=True)
+    store = runtime.store()
+    with contextlib.suppress(InvalidTransitionError, WorkerFencedError):
+        mark_interrupted(
+            store,
+            state.run_id,
+            reason=f"taken over by {current_actor()} (shep resume --force)",
+            detected_by_pid=os.getpid(),
+            detected_by_host=host_name(),
+            epoch=state.epoch,
+        )
+    after = load_run(store, state.run_id)
+    if after.status is RunStatus.RUNNING:
+        # Another resume got there first: that one is the owner now.
+        raise WorkerStillRunningError(f"Run {short} was resumed by another worker meanwhile.")
     return after
 
 
