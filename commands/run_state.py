@@ -165,10 +165,15 @@ def load_run(store: EventStore, run_id: UUID) -> RunState:
     The version is the stream's newest event of any type, so the next append
     conflicts if anything at all was appended since.
     """
-    state = fold(run_id, store.load(run_id, types=FOLDED))
+    # The version first, then the fold of what is at or below it: an event appended
+    # between the two reads must not be folded under an older version (an append
+    # decided on it would then pass the compare-and-set on a stale owner).
+    version = store.stream_version(run_id)
+    events = store.load(run_id, types=FOLDED)
+    state = fold(run_id, (e for e in events if e.originator_version <= version))
     if state is None:
         raise RunNotFoundError(str(run_id))
-    state.version = store.stream_version(run_id)
+    state.version = version
     return state
 
 

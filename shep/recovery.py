@@ -29,9 +29,10 @@ from datetime import UTC, datetime, timedelta
 import apsw
 import msgspec
 
+from events.setting_values import SECONDS_SETTINGS, fold_values
 from shep.identity import process_start
 
-DEFAULT_ORPHAN_AFTER = 120.0
+DEFAULT_ORPHAN_AFTER = SECONDS_SETTINGS["orphan_after"].default
 
 
 @dataclass(frozen=True)
@@ -138,19 +139,23 @@ def find_orphans(
 
 
 def orphan_after(conn: apsw.Connection) -> float:
-    """The ``orphan_after`` setting, read straight from the settings stream (no fold needed)."""
+    """The ``orphan_after`` setting, read straight from the settings stream.
+
+    Cheap (apsw and msgspec, no eventsourcing): the orphan check of every command runs it.
+    """
     import msgspec
 
     from events.settings import SETTINGS_STREAM_ID, SettingChanged
 
     topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
-    value = DEFAULT_ORPHAN_AFTER
+    changes = []
     for (state,) in conn.execute(
         "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
         "ORDER BY originator_version",
         (SETTINGS_STREAM_ID.hex, topic),
     ):
         event = msgspec.json.decode(state, type=SettingChanged)
-        if event.key == "orphan_after":
-            value = float(event.value)
-    return value
+        changes.append((event.key, event.value))
+    # The settings fold's own rules: a value recorded by an older shep that breaks
+    # them (nan, inf) is skipped, as `shep settings show` skips it.
+    return fold_values(changes).values["orphan_after"]

@@ -7,14 +7,18 @@ put in an event, a log line, argv or ``--json`` output.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from events.errors import ShepError
 
 SECRETS_FILE = "secrets"
+#: Held (flock, exclusive) by whoever reads, changes and replaces the secrets file.
+LOCK_FILE = "secrets.lock"
 
 
 class SecretsError(ShepError):
@@ -49,23 +53,63 @@ def load_token(home: Path, agent_type: str) -> str | None:
     return _read(home).get(agent_type)
 
 
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """Hold the exclusive lock on the secrets file of ``home`` (released on close, or exit)."""
+    path = home / LOCK_FILE
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise SecretsError(
+            f"Cannot open {path} ({e.strerror}). Check that {home} is writable."
+        ) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def save_token(home: Path, agent_type: str, token: str | None) -> None:
-    """Store (or with None, remove) an agent's token; the file is replaced atomically, 0600."""
-    data = _read(home)
-    if token is None:
-        data.pop(agent_type, None)
-    else:
-        data[agent_type] = token
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=home)
+    """Store (or with None, remove) an agent's token; the file is replaced atomically, 0600.
+
+    The read, change and replace happen under an exclusive lock: two processes
+    storing tokens for two agents at once would otherwise both start from the
+    old file, and the second replace would drop the first one's token.
+    """
+    with _locked(home):
+        data = _read(home)
+        if token is None:
+            data.pop(agent_type, None)
+        else:
+            data[agent_type] = token
+        _replace(home, data)
+
+
+def _replace(home: Path, data: dict[str, str]) -> None:
+    """Write ``data`` to a new 0600 file and rename it over the secrets file."""
+    path = secrets_path(home)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=home)
+    except OSError as e:
+        raise _write_error(path, e) from e
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, secrets_path(home))
-    except BaseException:
+        os.replace(tmp, path)
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _write_error(path, e) from e
         raise
+
+
+def _write_error(path: Path, e: OSError) -> SecretsError:
+    return SecretsError(
+        f"Cannot write {path} ({e.strerror}). Check that {path.parent} is writable."
+    )

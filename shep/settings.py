@@ -1,34 +1,22 @@
 """The current settings, folded from the settings stream.
 
-The agent type comes only from here: nothing defaults or guesses one.
+The agent type comes only from here: nothing defaults or guesses one. The
+plain settings (their bounds, defaults and rules) are defined in
+``events.setting_values``, shared with the cheap orphan check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from events.setting_values import SkippedChange, default_values, fold_values
 from events.settings import SETTINGS_STREAM_ID, AgentConfigured, SettingChanged
-from events.store import EventStore
-from shep.errors import AgentNotConfiguredError, SettingsError
+from shep.errors import AgentNotConfiguredError
 
-
-def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise SettingsError(f"{value!r} is not a number of seconds.") from None
-    if seconds <= 0:
-        raise SettingsError("The value must be a positive number of seconds.")
-    return seconds
-
-
-#: Plain settings: name -> (parser, default, help).
-SETTINGS: dict[str, tuple[Callable[[str], float], float, str]] = {
-    "heartbeat_interval": (_positive_seconds, 30.0, "seconds between worker heartbeats"),
-    "agent_timeout": (_positive_seconds, 1800.0, "seconds an agent call may take (run --timeout)"),
-    "orphan_after": (_positive_seconds, 120.0, "heartbeat age after which a run is interrupted"),
-}
+if TYPE_CHECKING:
+    # Only a type here: the fold itself needs no eventsourcing import.
+    from events.store import EventStore
 
 
 @dataclass
@@ -41,9 +29,9 @@ class Settings:
     binary: str | None = None
     binary_version: str | None = None
     token_configured: bool = False
-    values: dict[str, float] = field(
-        default_factory=lambda: {name: spec[1] for name, spec in SETTINGS.items()}
-    )
+    values: dict[str, float] = field(default_factory=default_values)
+    #: Recorded values that break the rules (written by an older shep) and are ignored.
+    skipped: list[SkippedChange] = field(default_factory=list)
 
     def require_agent(self) -> str:
         """The configured agent type, or ``AgentNotConfiguredError``."""
@@ -53,8 +41,9 @@ class Settings:
 
 
 def load_settings(store: EventStore) -> Settings:
-    """Fold the settings stream."""
+    """Fold the settings stream. A recorded value that breaks the rules is skipped, never raised."""
     settings = Settings()
+    changes: list[tuple[str, str]] = []
     for event in store.load(SETTINGS_STREAM_ID):
         if isinstance(event, AgentConfigured):
             settings.agent_type = event.agent_type
@@ -63,13 +52,9 @@ def load_settings(store: EventStore) -> Settings:
             settings.binary = event.binary
             settings.binary_version = event.binary_version
             settings.token_configured = event.token_configured
-        elif isinstance(event, SettingChanged) and event.key in SETTINGS:
-            settings.values[event.key] = SETTINGS[event.key][0](event.value)
+        elif isinstance(event, SettingChanged):
+            changes.append((event.key, event.value))
+    folded = fold_values(changes)
+    settings.values = folded.values
+    settings.skipped = list(folded.skipped.values())
     return settings
-
-
-def parse_setting(key: str, value: str) -> float:
-    """Validate a plain setting's value; ``SettingsError`` names the known keys."""
-    if key not in SETTINGS:
-        raise SettingsError(f"Unknown setting {key!r}. Known: {', '.join(sorted(SETTINGS))}.")
-    return SETTINGS[key][0](value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 import click
 import msgspec
 
+from events.setting_values import HEARTBEATS_PER_ORPHAN_AFTER, SECONDS_SETTINGS
 from shep.errors import SettingsError
 from shep.runtime import Runtime
 
@@ -33,10 +35,34 @@ def _specs() -> dict[str, Any]:
     return dict(AGENT_SPECS)
 
 
+class AgentTypeChoice(click.Choice[str]):
+    """The registered agent types as click choices, read from the registry only when needed.
+
+    `shep --help` imports this module for the group's one-line help; the
+    registry imports every executor module, which it must not pay for. The
+    choices are read when --agent is given or `settings agent --help` is shown.
+    """
+
+    def __init__(self) -> None:
+        # Not Choice.__init__: it would need the choices now.
+        self.case_sensitive = True
+
+    # A computed, cached stand-in for the attribute Choice.__init__ would have set.
+    @functools.cached_property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(sorted(_specs()))
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """The agent type; an unknown one is a one-line ``SettingsError`` naming the known ones."""
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            known = ", ".join(self.choices)
+            raise SettingsError(f"Unknown agent type {value!r}. Known: {known}.") from None
+
+
 @settings.command("agent")
-@click.option(
-    "--agent", "agent_type", metavar="TYPE", help="Agent type (see `shep settings show`)."
-)
+@click.option("--agent", "agent_type", type=AgentTypeChoice(), help="The agent CLI to drive.")
 @click.option(
     "--auth",
     "auth_method",
@@ -77,10 +103,6 @@ def agent(
         token = _read_token_stdin() if token_stdin else None
         method = auth_method or ("token" if token else "session")
         choice = AgentChoice(agent_type, method, token, model)
-    if choice.agent_type not in specs:
-        raise SettingsError(
-            f"Unknown agent type {choice.agent_type!r}. Known: {', '.join(sorted(specs))}."
-        )
     if choice.auth_method == "token" and not choice.token:
         raise SettingsError("--auth token needs a token: pipe it with --token-stdin.")
     if choice.auth_method == "session" and choice.token:
@@ -170,19 +192,31 @@ def run_wizard(
     return AgentChoice(agent_type, auth_method, token, model)
 
 
-@settings.command("set")
+def _set_help() -> str:
+    lines = [
+        f"  {name:<19} {spec.low:g} to {spec.high:g}, default {spec.default:g}: {spec.help}"
+        for name, spec in SECONDS_SETTINGS.items()
+    ]
+    return (
+        "Change a plain setting KEY to VALUE, a number of seconds.\n\n"
+        "\b\n" + "\n".join(lines) + "\n\n"
+        f"heartbeat_interval must stay at most orphan_after / {HEARTBEATS_PER_ORPHAN_AFTER}, "
+        "so that a live run is never taken for an orphan: to go beyond, change the other "
+        "one first."
+    )
+
+
+# Negative values reach VALUE (and its bounds check) instead of being taken for options.
+@settings.command("set", help=_set_help(), context_settings={"ignore_unknown_options": True})
 @click.argument("key")
 @click.argument("value")
 @click.pass_obj
 def set_command(runtime: Runtime, key: str, value: str) -> None:
-    """Change a plain setting: heartbeat_interval, agent_timeout, orphan_after (seconds)."""
     from commands.configure_agent import change_setting
     from shep.identity import current_actor
-    from shep.settings import parse_setting
 
-    parsed = parse_setting(key, value)
-    change_setting(runtime.store(), key=key, value=str(parsed), changed_by=current_actor())
-    click.echo(f"{key} = {parsed:g}")
+    event = change_setting(runtime.store(), key=key, value=value, changed_by=current_actor())
+    click.echo(f"{key} = {float(event.value):g}")
 
 
 @settings.command("show")
@@ -193,6 +227,13 @@ def show(runtime: Runtime, as_json: bool) -> None:
     from shep.settings import load_settings
 
     current = load_settings(runtime.store())
+    for skipped in current.skipped:
+        click.echo(
+            f"shep: ignoring a recorded setting: {skipped.reason} It stays "
+            f"{current.values[skipped.key]:g}; change it with "
+            f"`shep settings set {skipped.key} SECONDS`.",
+            err=True,
+        )
     data = {
         "agent_type": current.agent_type,
         "auth_method": current.auth_method,

@@ -188,3 +188,26 @@ def test_wizard_rejects_unknown_type_then_accepts() -> None:
         None,
         None,
     )
+
+
+def test_agent_help_lists_the_agent_types(shep_home: Path) -> None:
+    """`shep settings agent --help` shows every registered agent type as --agent's choices."""
+    result = shep("settings", "agent", "--help", check=True)
+    choices = "|".join(sorted(AGENT_SPECS))
+    assert f"  --agent [{choices}]" in result.stdout.splitlines()
+
+
+def test_root_help_does_not_import_the_agent_registry(shep_home: Path) -> None:
+    """`shep --help` lists `settings` without importing the agents (every executor module)."""
+    code = (
+        "import sys\n"
+        "from shep.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('AGENTS=' + ','.join(sorted(m for m in sys.modules "
+        "if m.startswith('shep.agents'))), file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert "settings" in result.stdout
+    assert result.stderr == "AGENTS=\n"
