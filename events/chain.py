@@ -9,6 +9,19 @@ GENESIS_HASH = bytes(32)
 _HEADER = struct.Struct(">qqIII")
 _sha256 = hashlib.sha256
 
+#: The one SQLite storage class (``typeof()``) each hashed column holds when shep wrote it.
+#:
+#: The hash covers a value's bytes, not its storage class: a value is its class
+#: and its bytes together, so the verifier requires exactly these classes (see
+#: ``events.audit``). Together they pin every value a reader can see.
+STORAGE_CLASSES = {
+    "originator_id": "text",
+    "originator_version": "integer",
+    "topic": "text",
+    "state": "blob",
+    "chain_hash": "blob",
+}
+
 
 def chain_hash(
     previous: bytes,
@@ -21,7 +34,9 @@ def chain_hash(
     """``H(previous hash, event bytes)``: SHA-256 over the previous hash and every stored field.
 
     ``originator_id`` and ``topic`` are their stored text, UTF-8 encoded. Lengths
-    prefix the variable fields so no two different events hash alike.
+    prefix the variable fields so no two different events hash alike. Storage
+    classes are not hashed: each column has exactly one (``STORAGE_CLASSES``),
+    which verification requires.
     """
     header = _HEADER.pack(
         notification_id, originator_version, len(originator_id), len(topic), len(state)

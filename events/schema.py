@@ -69,8 +69,14 @@ def connect(
     synchronous: str = DEFAULT_SYNCHRONOUS,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     readonly: bool = False,
+    salvage: bool = False,
 ) -> apsw.Connection:
-    """Open the database with shep's pragmas (WAL, synchronous, busy timeout)."""
+    """Open the database with shep's pragmas (WAL, synchronous, busy timeout).
+
+    ``salvage`` (read-only connections only) reads as much of a damaged file as
+    can be read: a file shorter than its header says is read up to where it
+    ends instead of refused whole, so a verifier can name where damage starts.
+    """
     sync = synchronous.upper()
     if sync not in _SYNCHRONOUS_VALUES:
         raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS_VALUES)}")
@@ -79,13 +85,50 @@ def connect(
         if readonly
         else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )
-    conn = apsw.Connection(str(path), flags=flags)
+    conn = (
+        _open_read_only(str(path), flags, salvage=salvage)
+        if readonly
+        else apsw.Connection(str(path), flags=flags)
+    )
     conn.setbusytimeout(busy_timeout_ms)
     if not readonly and ":memory:" not in str(path) and "mode=memory" not in str(path):
         mode = conn.execute("PRAGMA journal_mode").fetchall()[0][0]
         if str(mode).lower() != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
+    return conn
+
+
+def _open_read_only(path: str, flags: int, *, salvage: bool) -> apsw.Connection:
+    """A read-only connection, also to a store in a directory no one may write.
+
+    SQLite reads a WAL database through its -shm file, which it must create when
+    it is absent: in a read-only directory it cannot. With no -wal file either,
+    no writer can be committing (a WAL writer needs that file), so the file is
+    then opened as immutable: read as it is, without a -shm file.
+    """
+    conn = _salvaging(apsw.Connection(path, flags=flags), salvage)
+    try:
+        conn.execute("PRAGMA schema_version").fetchall()
+    except apsw.CantOpenError:
+        conn.close()
+        if path.startswith("file:") or not os.path.exists(path) or os.path.exists(path + "-wal"):
+            raise
+        from urllib.parse import quote
+
+        uri = f"file:{quote(os.path.abspath(path))}?immutable=1"
+        conn = _salvaging(apsw.Connection(uri, flags=flags), salvage)
+    except apsw.Error:
+        conn.close()
+        raise
+    return conn
+
+
+def _salvaging(conn: apsw.Connection, salvage: bool) -> apsw.Connection:
+    if salvage:
+        # SQLite refuses a file shorter than its header's page count unless the
+        # schema is writable; on a read-only connection that writes nothing.
+        conn.execute("PRAGMA writable_schema=ON")
     return conn
 
 
@@ -126,10 +169,28 @@ def ensure_home(home: str | Path) -> str:
     return os.path.join(home, "shep.db")
 
 
+class HomePathError(StoreUnavailableError):
+    """SHEP_HOME names a path shep cannot record (not valid UTF-8): a usage error."""
+
+    exit_code = 2
+
+
 def home_from_env() -> str:
-    """``$SHEP_HOME``, or ``~/.shep``."""
+    """``$SHEP_HOME``, or ``~/.shep``; refused unless its path is valid UTF-8.
+
+    Paths are recorded as text (events, SQLite file names); bytes that are not
+    UTF-8 reach Python as lone surrogates, which no encoder accepts.
+    """
     value = os.environ.get("SHEP_HOME")
-    return os.path.expanduser(value) if value else os.path.join(os.path.expanduser("~"), ".shep")
+    home = os.path.expanduser(value) if value else os.path.join(os.path.expanduser("~"), ".shep")
+    try:
+        home.encode()
+    except UnicodeEncodeError as e:
+        raise HomePathError(
+            f"SHEP_HOME {os.fsencode(home)!r} is not valid UTF-8. "
+            "Point SHEP_HOME at a directory whose path is valid UTF-8."
+        ) from e
+    return home
 
 
 _file_locks: dict[str, threading.Lock] = {}

@@ -27,11 +27,21 @@ PROJECTION_TABLES = (
     "checkpoints",
     "checkpoint_writes",
 )
-_REQUIRED_TABLES = ("stored_events", "tracking", *PROJECTION_TABLES)
+#: The projections' secondary indexes (``projections.runner`` checks this against their DDL).
+PROJECTION_INDEXES = (
+    "runs_status",
+    "runs_created",
+    "logs_run",
+    "inbox_status",
+    "decisions_run",
+    "checkpoints_run",
+)
+# Tables and indexes share one namespace in SQLite: one IN list finds both.
+_REQUIRED = ("stored_events", "tracking", *PROJECTION_TABLES, *PROJECTION_INDEXES)
 
 
 def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connection:
-    """Open shep.db for the read side; create missing tables unless read-only.
+    """Open shep.db for the read side; create missing tables and indexes unless read-only.
 
     Projections can always be rebuilt, so their transactions run with
     ``synchronous=NORMAL``: a power cut can only roll them back together
@@ -39,43 +49,70 @@ def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connectio
     """
     try:
         conn = connect(path, synchronous="NORMAL", readonly=readonly)
+    except apsw.Error as e:
+        raise store_error(e, path) from e
+    try:
         # Catching up a long log touches many pages of the projection tables and
         # their indexes; a 64 MiB page cache (used only as needed) keeps them hot.
         conn.execute("PRAGMA cache_size=-65536")
-        if not readonly and not _has_tables(conn):
-            from projections.runner import create_tables
-
-            create_tables(conn)
-    except apsw.Error as e:
-        raise store_error(e, path) from e
+        if not readonly:
+            ensure_schema(conn)
+    except BaseException as e:
+        conn.close()
+        if isinstance(e, apsw.Error):
+            raise store_error(e, path) from e
+        raise
     return conn
 
 
-def _has_tables(conn: apsw.Connection) -> bool:
-    names = ",".join("?" * len(_REQUIRED_TABLES))
-    row = conn.execute(
-        f"SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ({names})",
-        _REQUIRED_TABLES,
-    ).fetchone()
-    return row is not None and row[0] == len(_REQUIRED_TABLES)
+def has_schema(conn: apsw.Connection, *, indexes: bool = True) -> bool:
+    """Whether every table (and index) of the store and its projections exists."""
+    names = _REQUIRED if indexes else _REQUIRED[: -len(PROJECTION_INDEXES)]
+    try:
+        row = conn.execute(
+            f"SELECT count(*) FROM sqlite_master WHERE type IN ('table', 'index') "
+            f"AND name IN ({','.join('?' * len(names))})",
+            names,
+        ).fetchone()
+    except apsw.Error as e:
+        raise store_error(e, conn.filename) from e
+    return row is not None and row[0] == len(names)
+
+
+def ensure_schema(conn: apsw.Connection) -> None:
+    """Create whatever table or index is missing: one query of sqlite_master when none is.
+
+    Indexes are checked, not assumed: a rebuild creates them only after its
+    replay, so a rebuild killed meanwhile leaves the tables without them.
+    """
+    if not has_schema(conn):
+        from projections.runner import create_tables
+
+        create_tables(conn)
 
 
 def positions(conn: apsw.Connection) -> dict[str, int]:
     """Each projection's tracked position (0 when it has seen nothing)."""
-    found = {
-        str(name): int(position)
-        for name, position in conn.execute(
-            f"SELECT application_name, notification_id FROM tracking "
-            f"WHERE application_name IN ({','.join('?' * len(PROJECTION_NAMES))})",
-            PROJECTION_NAMES,
-        )
-    }
+    try:
+        found = {
+            str(name): int(position)
+            for name, position in conn.execute(
+                f"SELECT application_name, notification_id FROM tracking "
+                f"WHERE application_name IN ({','.join('?' * len(PROJECTION_NAMES))})",
+                PROJECTION_NAMES,
+            )
+        }
+    except apsw.Error as e:
+        raise store_error(e, conn.filename) from e
     return {name: found.get(name, 0) for name in PROJECTION_NAMES}
 
 
 def head_position(conn: apsw.Connection) -> int:
     """The newest event's position, 0 for an empty store."""
-    row = conn.execute("SELECT max(notification_id) FROM stored_events").fetchone()
+    try:
+        row = conn.execute("SELECT max(notification_id) FROM stored_events").fetchone()
+    except apsw.Error as e:
+        raise store_error(e, conn.filename) from e
     return int(row[0]) if row and row[0] is not None else 0
 
 

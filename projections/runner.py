@@ -8,6 +8,7 @@ processes catch up at the same time or one is killed mid-batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import datetime
 from typing import cast
 
@@ -24,7 +25,14 @@ from events.schema import (
 )
 from projections.base import Batch, Handler, Projection
 from projections.checkpoints import CHECKPOINTS
-from projections.database import PROJECTION_NAMES, PROJECTION_TABLES, lag, positions
+from projections.database import (
+    PROJECTION_INDEXES,
+    PROJECTION_NAMES,
+    PROJECTION_TABLES,
+    ensure_schema,
+    lag,
+    positions,
+)
 from projections.decisions import DECISIONS
 from projections.inbox import INBOX
 from projections.logs import LOGS
@@ -33,6 +41,9 @@ from projections.runs import RUNS
 PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS)
 assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES
 assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
+_INDEX_DDL = tuple(s for p in PROJECTIONS for s in p.ddl if s.startswith("CREATE INDEX"))
+assert tuple(s.split()[5] for s in _INDEX_DDL) == PROJECTION_INDEXES
+assert all(s.startswith("CREATE INDEX IF NOT EXISTS ") for s in _INDEX_DDL)
 
 _TRACK = (
     "INSERT INTO tracking VALUES (?, ?) ON CONFLICT (application_name) DO UPDATE "
@@ -42,7 +53,7 @@ _TRACK = (
 
 
 def create_tables(conn: apsw.Connection) -> None:
-    """Create the event tables and every projection's tables (idempotent)."""
+    """Create the event tables and every projection's tables and indexes (idempotent)."""
     with immediate_transaction(conn):
         for statement in (*events_table_ddl("stored_events"), TRACKING_DDL):
             conn.execute(statement)
@@ -52,11 +63,24 @@ def create_tables(conn: apsw.Connection) -> None:
 
 
 def catch_up(conn: apsw.Connection, *, batch_size: int = 5000) -> int:
-    """Apply every event past the tracked positions; return how many events were read."""
+    """Apply every event past the tracked positions; return how many events were read.
+
+    Missing tables or indexes are created first (a killed rebuild leaves its
+    tables without indexes). A read-only store is left as it is: its
+    projections are read as they are, and this returns 0.
+    """
+    try:
+        if conn.readonly("main") or lag(conn) <= 0:
+            return 0
+        ensure_schema(conn)
+    except apsw.Error as e:
+        raise store_error(e, conn.filename) from e
+    return _catch_up(conn, batch_size)
+
+
+def _catch_up(conn: apsw.Connection, batch_size: int) -> int:
     total = 0
     try:
-        if lag(conn) <= 0:
-            return 0
         while True:
             read = _catch_up_batch(conn, batch_size)
             total += read
@@ -143,8 +167,10 @@ def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:
 
     Secondary indexes are created after the replay: building an index once over
     a full table is cheaper than keeping it sorted through a million inserts.
+    Killed before that, it leaves tables without indexes, which the next
+    ``open_database`` or ``catch_up`` creates (``ensure_schema``).
     """
-    indexes = [s for p in PROJECTIONS for s in p.ddl if s.startswith("CREATE INDEX")]
+    indexes = _INDEX_DDL
     # A rebuild writes the projections anew: checkpointing the WAL every 80 MiB
     # instead of every 4 MiB saves most of the checkpoints' syncs meanwhile.
     (previous_autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
@@ -158,12 +184,13 @@ def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:
                     if statement not in indexes:
                         conn.execute(statement)
                 conn.execute("DELETE FROM tracking WHERE application_name=?", (projection.name,))
-        count = catch_up(conn, batch_size=batch_size)
+        count = _catch_up(conn, batch_size)
         with immediate_transaction(conn):
             for statement in indexes:
                 conn.execute(statement)
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
     finally:
-        conn.execute(f"PRAGMA wal_autocheckpoint={int(previous_autocheckpoint)}")
+        with suppress(apsw.Error):
+            conn.execute(f"PRAGMA wal_autocheckpoint={int(previous_autocheckpoint)}")
     return count

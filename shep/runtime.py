@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import StoreUnavailableError
+from events.errors import StoreError, StoreUnavailableError
 from events.schema import ensure_home, home_from_env
-from projections.database import lag, open_database
+from projections.database import has_schema, lag, open_database
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -53,14 +53,40 @@ class Runtime:
         return Path(self.db_file)
 
     def read_db(self, *, catch_up: bool = True) -> apsw.Connection:
-        """The database, with projections caught up to the log (when it can be written)."""
+        """The database, with projections caught up to the log when it can be written.
+
+        A store that cannot be written (a read-only file or home) that already
+        has its projections is opened read-only: they are read as they are, and
+        one line on stderr says how far behind the log they are.
+        """
         if self._read is None:
             ensure_home(self.home_dir)
-            self._read = open_database(self.db_file)
-            if catch_up and lag(self._read) > 0:
+            try:
+                conn = open_database(self.db_file)
+            except StoreUnavailableError as e:
+                if not isinstance(
+                    e.__cause__, apsw.CantOpenError | apsw.ReadOnlyError | apsw.PermissionsError
+                ):
+                    raise
+                try:
+                    conn = open_database(self.db_file, readonly=True)
+                except StoreError:
+                    raise e from e.__cause__
+                if not has_schema(conn, indexes=False):
+                    conn.close()
+                    raise
+            self._read = conn
+            behind = lag(conn)
+            if behind > 0 and conn.readonly("main"):
+                print(
+                    f"shep: the event store is read-only: projections are {behind} events "
+                    "behind the log, shown as they are.",
+                    file=sys.stderr,
+                )
+            elif behind > 0 and catch_up:
                 from projections.runner import catch_up as run_catch_up
 
-                run_catch_up(self._read)
+                run_catch_up(conn)
         return self._read
 
     def store(self) -> EventStore:
@@ -81,6 +107,8 @@ class Runtime:
         if not os.path.exists(self.db_file):
             return 0
         conn = self.read_db()
+        if conn.readonly("main"):
+            return 0  # nothing can be marked; status and logs show the store as it is
         if (
             conn.execute(
                 "SELECT 1 FROM runs WHERE status IN ('running', 'pending') LIMIT 1"

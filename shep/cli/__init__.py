@@ -11,9 +11,11 @@ import os
 import sys
 from typing import Any
 
+import apsw
 import click
 
 from events.errors import ShepError
+from events.schema import home_from_env, store_error
 from shep import __version__
 from shep.runtime import Runtime
 
@@ -34,7 +36,20 @@ COMMANDS: dict[str, str] = {
 
 INTERNAL_ERROR_EXIT = 70
 #: Commands that must not touch the store before they run.
-_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo"})
+#: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
+_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit"})
+
+#: Driver errors that say the store itself failed (anything else is a bug of ours).
+_STORE_FAILURES = (
+    apsw.CorruptError,
+    apsw.NotADBError,
+    apsw.CantOpenError,
+    apsw.ReadOnlyError,
+    apsw.PermissionsError,
+    apsw.FullError,
+    apsw.BusyError,
+    apsw.IOError,
+)
 
 
 class LazyGroup(click.Group):
@@ -81,7 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = _debug_requested(args)
     try:
-        cli.main(args=args, prog_name="shep", standalone_mode=False)
+        try:
+            cli.main(args=args, prog_name="shep", standalone_mode=False)
+        except _STORE_FAILURES as e:
+            # Commands read the projections with SQL of their own: a damaged page
+            # fails wherever it is read, and is the store's error, not shep's.
+            raise store_error(e, os.path.join(home_from_env(), "shep.db")) from e
     except ShepError as e:
         if debug:
             _print_traceback()
