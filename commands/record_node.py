@@ -15,11 +15,21 @@ from events.store import EventStore
 
 
 def record_node_started(
-    store: EventStore, run_id: UUID, node: str, *, attempt: int = 1, epoch: int | None = None
+    store: EventStore,
+    run_id: UUID,
+    node: str,
+    *,
+    attempt: int = 1,
+    iteration: int = 1,
+    kind: str = "agent",
+    epoch: int | None = None,
 ) -> RunState:
     """A node began executing (the run must be running)."""
     state, _ = append_to_run(
-        store, run_id, [(NodeStarted, {"node": node, "attempt": attempt})], epoch=epoch
+        store,
+        run_id,
+        [(NodeStarted, {"node": node, "attempt": attempt, "iteration": iteration, "kind": kind})],
+        epoch=epoch,
     )
     return state
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -15,7 +14,7 @@ from commands.errors import InvalidTransitionError, RunNotFoundError, WorkerFenc
 from events.base import Event, utc_now
 from events.errors import ConcurrencyError
 from events.runs import (
-    ApprovalAwaited,
+    WAITING_STATUSES,
     NodeCompleted,
     NodeFailed,
     NodeStarted,
@@ -26,28 +25,17 @@ from events.runs import (
     RunInterrupted,
     RunResumed,
     RunStarted,
+    RunStatus,
+    RunSuspended,
 )
 from events.store import EventStore
 
-
-class RunStatus(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING_APPROVAL = "waiting_approval"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    CANCELLED = "cancelled"
-
-
-FINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-
-#: The status each status-changing event leads to.
+#: The status each status-changing event leads to (``RunSuspended``: see ``RunState.apply``).
 _STATUS_AFTER: dict[type[Event], RunStatus] = {
+    RunSuspended: RunStatus.WAITING_ANSWER,
     RunCreated: RunStatus.PENDING,
     RunStarted: RunStatus.RUNNING,
     RunResumed: RunStatus.RUNNING,
-    ApprovalAwaited: RunStatus.WAITING_APPROVAL,
     RunInterrupted: RunStatus.INTERRUPTED,
     RunCancelled: RunStatus.CANCELLED,
     RunCompleted: RunStatus.COMPLETED,
@@ -57,15 +45,15 @@ _STATUS_AFTER: dict[type[Event], RunStatus] = {
 #: Which statuses each event may be appended in.
 ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
     RunStarted: frozenset({RunStatus.PENDING}),
-    RunResumed: frozenset({RunStatus.INTERRUPTED, RunStatus.WAITING_APPROVAL}),
-    ApprovalAwaited: frozenset({RunStatus.RUNNING}),
+    RunResumed: frozenset({RunStatus.INTERRUPTED, *WAITING_STATUSES}),
+    RunSuspended: frozenset({RunStatus.RUNNING}),
     RunInterrupted: frozenset({RunStatus.RUNNING, RunStatus.PENDING}),
     RunCancelled: frozenset(
-        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED}
+        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, *WAITING_STATUSES}
     ),
     RunCompleted: frozenset({RunStatus.RUNNING}),
     RunFailed: frozenset(
-        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.INTERRUPTED}
+        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, *WAITING_STATUSES}
     ),
 }
 #: Events that hand the run to a new owner (a worker), numbered by ``next_events``.
@@ -76,7 +64,7 @@ WHILE_RUNNING = frozenset({RunStatus.RUNNING})
 _ACTION: dict[type[Event], str] = {
     RunStarted: "start it",
     RunResumed: "resume it",
-    ApprovalAwaited: "wait for approval",
+    RunSuspended: "wait for people",
     RunInterrupted: "mark it interrupted",
     RunCancelled: "cancel it",
     RunCompleted: "complete it",
@@ -102,12 +90,19 @@ class RunState:
     pid: int | None = None
     host: str | None = None
     process_start: str | None = None
+    #: The inbox items the run waits for (its latest ``RunSuspended``), while it waits.
+    waiting_for: list[UUID] = field(default_factory=list)
 
     def apply(self, event: Event) -> None:
         self.version = event.originator_version
         status = _STATUS_AFTER.get(type(event))
         if status is not None:
             self.status = status
+        if isinstance(event, RunSuspended):
+            self.status = RunStatus.WAITING_APPROVAL if event.approval else RunStatus.WAITING_ANSWER
+            self.waiting_for = list(event.item_ids)
+        elif isinstance(event, RunResumed):
+            self.waiting_for = []
         if isinstance(event, RunCreated):
             self.workflow = event.workflow
             self.agent_type = event.agent_type
@@ -151,7 +146,6 @@ FOLDED = (
     NodeStarted,
     NodeCompleted,
     NodeFailed,
-    ApprovalAwaited,
     RunInterrupted,
     RunCancelled,
     RunCompleted,

@@ -1,39 +1,85 @@
 """Events of question and approval streams: one stream per question or approval gate.
 
-One stream each means the first answer wins: a second answer (the user racing
-the supervisor) is a concurrency conflict, never a silent overwrite.
+An item's stream id is derived from its run and the LangGraph interrupt that
+asked it (``item_stream_id``), so asking again after a crash finds the same
+stream. The item is version 1; its decision is version 2, appended with
+optimistic concurrency: exactly one decision ever takes effect, and a second
+(the user racing the supervisor, two terminals) is a conflict, never an
+overwrite.
 """
 
 from __future__ import annotations
 
-from uuid import UUID
+from uuid import UUID, uuid5
+
+import msgspec
 
 from events.base import Event
 
 
+def item_stream_id(run_id: UUID, interrupt_id: str) -> UUID:
+    """The stream of the inbox item a run's interrupt asks."""
+    return uuid5(run_id, f"interrupt:{interrupt_id}")
+
+
+class QuestionOption(msgspec.Struct, frozen=True, kw_only=True):
+    """One answer a question offers; exactly one option of a question is recommended."""
+
+    id: str
+    label: str
+    description: str = ""
+    recommended: bool = False
+
+
+class ArtifactRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A file an approval is about, with the hash of the content being approved."""
+
+    path: str
+    sha256: str
+
+
 class QuestionAsked(Event, frozen=True, kw_only=True):
-    """The agent or workflow asked the user something."""
+    """A workflow asked a person something: 2 to 9 options, one recommended, free text allowed.
+
+    ``deadline`` (UTC) is when the recommended option is applied by
+    ``system:deadline`` if nobody answered.
+    """
 
     run_id: UUID
     node: str
     question: str
     choices: list[str] = []
+    options: list[QuestionOption] = []
+    free_text: bool = True
+    context: str = ""
+    iteration: int = 1
+    interrupt_id: str = ""
+    deadline: str | None = None
 
 
 class QuestionAnswered(Event, frozen=True, kw_only=True):
-    """Someone answered a question."""
+    """Someone answered a question: an option's id, or free text (``option_id`` None)."""
 
     answer: str
     actor: str
+    option_id: str | None = None
 
 
 class ApprovalRequested(Event, frozen=True, kw_only=True):
-    """A workflow gate needs a yes or no before the run goes on."""
+    """A workflow gate needs a yes or no before the run goes on.
+
+    ``phase`` is the node a rejection sends the run back to; ``artifacts`` are
+    the files being approved, each with the sha256 of its content.
+    """
 
     run_id: UUID
     node: str
     summary: str
     prompt_version: str | None = None
+    phase: str = ""
+    artifacts: list[ArtifactRef] = []
+    iteration: int = 1
+    interrupt_id: str = ""
 
 
 class ApprovalGranted(Event, frozen=True, kw_only=True):
@@ -45,8 +91,23 @@ class ApprovalGranted(Event, frozen=True, kw_only=True):
 
 
 class ApprovalRejected(Event, frozen=True, kw_only=True):
-    """The gate was rejected: by whom, under which policy, and why."""
+    """The gate was rejected: by whom, under which policy, and why (given to the agent)."""
 
     actor: str
     rationale: str = ""
     policy: str | None = None
+
+
+class NotificationSent(Event, frozen=True, kw_only=True):
+    """The ``notify_command`` was given a new inbox item (its own stream per item)."""
+
+    item_id: UUID
+    command: str
+
+
+class NotificationFailed(Event, frozen=True, kw_only=True):
+    """The ``notify_command`` failed or hung; the run went on regardless."""
+
+    item_id: UUID
+    command: str
+    error: str

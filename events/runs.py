@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from uuid import UUID
 
 import msgspec
 
 from events.base import Event
+
+
+class RunStatus(StrEnum):
+    """Where a run is. The status words, said once: the write side folds them, the read side
+    stores and filters on them.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    WAITING_ANSWER = "waiting_answer"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+#: A run in one of these never changes again (unless a user forks or retries it).
+FINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+#: Waiting for people: no worker runs; a decision starts one.
+WAITING_STATUSES = frozenset({RunStatus.WAITING_APPROVAL, RunStatus.WAITING_ANSWER})
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,10 +90,14 @@ class RunResumed(Event, frozen=True, kw_only=True):
 
 
 class NodeStarted(Event, frozen=True, kw_only=True):
-    """A workflow node began executing."""
+    """A workflow node began executing: its ``iteration`` (how many times the graph has
+    reached it, loops included) and ``attempt`` (retries within that iteration).
+    """
 
     node: str
     attempt: int = 1
+    iteration: int = 1
+    kind: str = "agent"
 
 
 class AgentSessionRecorded(Event, frozen=True, kw_only=True):
@@ -122,11 +148,14 @@ class AgentOutputRecorded(Event, frozen=True, kw_only=True):
     is_error: bool = False
 
 
-class ApprovalAwaited(Event, frozen=True, kw_only=True):
-    """The run paused at an approval gate (status: waiting_approval)."""
+class RunSuspended(Event, frozen=True, kw_only=True):
+    """The run waits for people: the inbox items it asked (status: waiting_approval when one
+    of them is an approval gate, else waiting_answer). Its worker exits; a decision starts a
+    new one.
+    """
 
-    node: str
-    approval_id: UUID
+    item_ids: list[UUID]
+    approval: bool
 
 
 class ArtifactWritten(Event, frozen=True, kw_only=True):
@@ -158,7 +187,7 @@ class RunCancelled(Event, frozen=True, kw_only=True):
 
 
 class RunCompleted(Event, frozen=True, kw_only=True):
-    """Every node finished. Final."""
+    """The workflow's graph reached its end. Final."""
 
     duration_ms: int
 

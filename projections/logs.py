@@ -6,7 +6,6 @@ from events.base import Event
 from events.runs import (
     AgentOutputRecorded,
     AgentSessionRecorded,
-    ApprovalAwaited,
     ArtifactWritten,
     NodeCompleted,
     NodeFailed,
@@ -18,6 +17,7 @@ from events.runs import (
     RunInterrupted,
     RunResumed,
     RunStarted,
+    RunSuspended,
 )
 from projections.base import Batch, Handler, Projection
 
@@ -67,11 +67,13 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
             event.node,
             f"{event.node} failed: {event.error_type}: {event.message}",
         )
-    if isinstance(event, ApprovalAwaited):
+    if isinstance(event, RunSuspended):
+        what = "approval" if event.approval else "an answer"
+        items = ", ".join(i.hex[:8] for i in event.item_ids)
         return (
-            "run.waiting_approval",
-            event.node,
-            f"waiting for approval {event.approval_id.hex[:8]}",
+            "run.waiting_approval" if event.approval else "run.waiting_answer",
+            None,
+            f"waiting for {what} ({items}): shep inbox",
         )
     if isinstance(event, ArtifactWritten):
         return "artifact", event.node, f"wrote {event.path} (sha256 {event.sha256[:12]})"
@@ -108,7 +110,7 @@ _LOGGED: tuple[type[Event], ...] = (
     NodeCompleted,
     NodeFailed,
     AgentOutputRecorded,
-    ApprovalAwaited,
+    RunSuspended,
     ArtifactWritten,
     RunInterrupted,
     RunCancelled,

@@ -6,7 +6,6 @@ from events.base import Event
 from events.runs import (
     AgentOutputRecorded,
     AgentSessionRecorded,
-    ApprovalAwaited,
     HeartbeatRecorded,
     NodeCompleted,
     NodeFailed,
@@ -18,6 +17,8 @@ from events.runs import (
     RunInterrupted,
     RunResumed,
     RunStarted,
+    RunStatus,
+    RunSuspended,
 )
 from projections.base import Batch, Handler, Projection
 
@@ -211,6 +212,13 @@ def _status(status: str, *, final: bool = False, error: bool = False) -> Handler
     return handle
 
 
+def _suspended(b: Batch, event: Event) -> None:
+    assert isinstance(event, RunSuspended)
+    status = RunStatus.WAITING_APPROVAL if event.approval else RunStatus.WAITING_ANSWER
+    _update(b, "status=?, current_node=NULL", status.value)
+    _touch(b, event)
+
+
 def _error_text(event: Event) -> str:
     if isinstance(event, RunFailed):
         return f"{event.error_type}: {event.message}"
@@ -235,7 +243,7 @@ RUNS = Projection(
         NodeFailed: _node_failed,
         HeartbeatRecorded: _heartbeat,
         AgentOutputRecorded: _output,
-        ApprovalAwaited: _status("waiting_approval"),
+        RunSuspended: _suspended,
         RunInterrupted: _status("interrupted", error=True),
         RunCancelled: _status("cancelled", final=True, error=True),
         RunCompleted: _status("completed", final=True),

@@ -32,14 +32,15 @@ class Progress:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
 
-    def node_started(self, node: str, index: int, attempt: int) -> None:
+    def node_started(self, node: str, index: int, attempt: int, iteration: int = 1) -> None:
         with self._lock:
-            self._node, self._index = node, index
+            self._node = node if iteration == 1 else f"{node} #{iteration}"
+            self._index = index
             self._node_started = time.monotonic()
             self._activity = "" if attempt == 1 else f"attempt {attempt}"
             if not self.live:
                 retry = f" (attempt {attempt})" if attempt > 1 else ""
-                self.stream.write(f"[{index}/{self.total}] {node}{retry} ...\n")
+                self.stream.write(f"[{index}/{self.total}] {self._node}{retry} ...\n")
                 self.stream.flush()
 
     def activity(self, text: str) -> None:
@@ -52,7 +53,7 @@ class Progress:
             word = "done" if ok else "failed"
             self._clear()
             self.stream.write(
-                f"[{self._index}/{self.total}] {node} {word} in {took:.1f}s"
+                f"[{self._index}/{self.total}] {self._node or node} {word} in {took:.1f}s"
                 f"{': ' + detail if detail else ''}\n"
             )
             self.stream.flush()

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from uuid import UUID
 
-from commands.run_state import RunState, RunStatus, load_run
+from commands.run_state import RunState, load_run
 from events.errors import ShepError
+from events.runs import RunStatus
 from events.store import EventStore
 from shep.identity import process_start
 from shep.recovery import worker_alive

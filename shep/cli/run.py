@@ -180,7 +180,8 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
     with no worker (waiting, interrupted) gets no signal.
     """
     from commands.cancel_run import cancel_run
-    from commands.run_state import RunStatus, load_run
+    from commands.run_state import load_run
+    from events.runs import RunStatus
     from projections.queries import resolve_run_id
     from shep.identity import current_actor
     from shep.worker import stop_worker
@@ -272,7 +273,8 @@ def _resume(
     runtime: Runtime, run_id: UUID, *, background: bool, timeout: float | None, force: bool
 ) -> None:
     from commands.errors import InvalidTransitionError
-    from commands.run_state import RunStatus, load_run
+    from commands.run_state import load_run
+    from events.runs import RunStatus
 
     store = runtime.store()
     state = load_run(store, run_id)
@@ -295,7 +297,8 @@ def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
     """
     from commands.errors import InvalidTransitionError, WorkerFencedError
     from commands.mark_interrupted import mark_interrupted
-    from commands.run_state import RunStatus, load_run
+    from commands.run_state import load_run
+    from events.runs import RunStatus
     from shep.identity import current_actor, host_name
     from shep.worker import stop_worker
 
@@ -380,8 +383,8 @@ def execute_run(
     """
     from commands.fail_run import fail_run
     from commands.resume_run import resume_run
-    from commands.run_state import RunStatus
     from commands.start_run import start_run
+    from events.runs import WAITING_STATUSES, RunStatus
     from shep.identity import host_name, process_start
     from shep.runner import Runner
     from shep.settings import load_settings
@@ -427,6 +430,13 @@ def execute_run(
         return
     if status is RunStatus.COMPLETED:
         click.echo(f"Run {short} completed. See `shep logs {short}`.", err=True)
+        return
+    if status in WAITING_STATUSES:
+        what = "approval" if status is RunStatus.WAITING_APPROVAL else "an answer"
+        click.echo(
+            f"Run {short} is waiting for {what}: see `shep inbox`. It goes on once decided.",
+            err=True,
+        )
         return
     if status is RunStatus.INTERRUPTED:
         click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)

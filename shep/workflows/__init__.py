@@ -1,7 +1,14 @@
-"""Registered workflows, by name. Listing them imports no langgraph."""
+"""Registered workflows, by name. Listing them imports no langgraph.
+
+Besides the built-in ones, the modules named in ``SHEP_WORKFLOW_MODULES``
+(comma-separated, importable) are imported, and each ``Workflow`` in their
+``WORKFLOWS`` sequence is registered: plugins, and the test workflows.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -11,13 +18,29 @@ from shep.workflows.base import AgentStep, Workflow
 
 __all__ = ["WORKFLOWS", "AgentStep", "Workflow", "get_workflow"]
 
-WORKFLOWS: Mapping[str, Workflow] = MappingProxyType(
-    {workflow.name: workflow for workflow in (ANALYZE_REPOSITORY,)}
-)
-
 
 class UnknownWorkflowError(ShepError):
     exit_code = 2
+
+
+def _plugins() -> list[Workflow]:
+    found: list[Workflow] = []
+    for name in filter(
+        None, (n.strip() for n in os.environ.get("SHEP_WORKFLOW_MODULES", "").split(","))
+    ):
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            raise UnknownWorkflowError(
+                f"Cannot import workflow module {name!r} (SHEP_WORKFLOW_MODULES): {e}."
+            ) from e
+        found.extend(getattr(module, "WORKFLOWS", ()))
+    return found
+
+
+WORKFLOWS: Mapping[str, Workflow] = MappingProxyType(
+    {workflow.name: workflow for workflow in (ANALYZE_REPOSITORY, *_plugins())}
+)
 
 
 def get_workflow(name: str) -> Workflow:

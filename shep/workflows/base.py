@@ -1,7 +1,16 @@
-"""What a workflow is: named agent steps wired into a LangGraph graph.
+"""What a workflow is: a LangGraph graph declared from four kinds of node.
 
-Workflow code is deterministic: the clock, ids and the agent are injected by
-the runner through ``StepRunner``; routers are pure functions of the state.
+- an **agent step** asks the configured agent to do something;
+- a **deterministic step** is plain Python on the state and the repository
+  (validate a file, snapshot, merge);
+- a **question** asks a person, with 2 to 9 options, one recommended;
+- an **approval gate** asks a person to approve what a phase produced; a
+  rejection sends the run back to that phase with the reason.
+
+A workflow's ``build`` wires nodes made by a ``NodeKit`` (the runtime's; tests
+can bring their own) into a ``StateGraph`` over its own state type, with
+pure routers. Workflow code is deterministic: the clock, ids and the agent
+are the runtime's. Building imports langgraph; declaring and listing do not.
 """
 
 from __future__ import annotations
@@ -10,7 +19,7 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
 if TYPE_CHECKING:
     from langgraph.graph.state import StateGraph
@@ -37,23 +46,38 @@ def tools_for(agent_type: str, *, write: bool) -> tuple[str, ...]:
     return read + WRITE_TOOLS.get(agent_type, _DEFAULT_WRITE) if write else read
 
 
-class WorkflowState(TypedDict, total=False):
-    """The graph's state: the repository, each step's result, the agent session to continue."""
+class StepState(TypedDict, total=False):
+    """The keys the node kinds read and write; each workflow's state type extends it.
+
+    ``results`` holds each agent step's answer, ``iterations`` how many times
+    each node has completed (loops count), ``feedback`` the latest rejection
+    reason per phase, ``answers`` each question's answer, ``verdicts`` each
+    gate's latest verdict (``approved`` / ``rejected``).
+    """
 
     repo: str
     inputs: dict[str, str]
     results: Annotated[dict[str, str], operator.or_]
     session_id: str | None
+    iterations: Annotated[dict[str, int], operator.or_]
+    feedback: Annotated[dict[str, str], operator.or_]
+    answers: Annotated[dict[str, str], operator.or_]
+    verdicts: Annotated[dict[str, str], operator.or_]
+
+
+#: What a node function takes and returns: the state, and the update it makes.
+NodeFn = Callable[[Any], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class AgentStep:
-    """One node that asks the agent to do something.
+    """A node that asks the agent to do something.
 
     ``instruction`` is formatted with ``repo``, ``repo_name``, ``tree`` and the
     run's inputs. ``writes`` gives the step write tools; analysis steps read only.
-    ``artifact`` names a file the runner writes into the repository from the
-    step's result when the agent did not write it itself.
+    ``artifact`` names a file the runtime writes into the repository from the
+    step's result when the agent did not write it itself. A rejection reason
+    for this step (``feedback``) is added to its prompt.
     """
 
     name: str
@@ -64,54 +88,180 @@ class AgentStep:
 
 
 @dataclass(frozen=True)
+class DeterministicStep:
+    """A node of plain Python: ``run(state, repo)`` returns the state update.
+
+    It must be deterministic and may read and write the repository. Raise
+    ``StepFailedError`` to fail the run with a message for the user.
+    """
+
+    name: str
+    title: str
+    run: Callable[[Mapping[str, Any], Path], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One answer a question offers."""
+
+    id: str
+    label: str
+    description: str = ""
+    recommended: bool = False
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a question node asks: 2 to 9 options, exactly one recommended.
+
+    ``default_after`` (seconds): after that long unanswered, the recommended
+    option is applied (by ``system:deadline``). Free text is always allowed.
+    """
+
+    text: str
+    options: tuple[Option, ...]
+    context: str = ""
+    default_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 2 <= len(self.options) <= 9:
+            raise ValueError(f"a question has 2 to 9 options, not {len(self.options)}")
+        if sum(o.recommended for o in self.options) != 1:
+            raise ValueError("exactly one option of a question is recommended")
+        ids = [o.id for o in self.options]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"option ids repeat: {ids}")
+
+
+@dataclass(frozen=True)
+class QuestionStep:
+    """A node that asks a person ``ask(state)``; the answer lands in ``answers[name]``."""
+
+    name: str
+    title: str
+    ask: Callable[[Mapping[str, Any]], Question]
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What a gate asks to approve: a short summary and the files (relative to the repo)."""
+
+    summary: str
+    artifacts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApprovalGate:
+    """A node that asks a person to approve what ``phase`` produced.
+
+    Approved: ``verdicts[name]`` is ``approved``. Rejected: it is ``rejected``
+    and ``feedback[phase]`` holds the reason; route back to ``phase`` with
+    ``route_gate``. A gate never approves itself.
+    """
+
+    name: str
+    title: str
+    phase: str
+    approval: Callable[[Mapping[str, Any]], Approval]
+
+
+Step = AgentStep | DeterministicStep | QuestionStep | ApprovalGate
+
+
+class NodeKit(Protocol):
+    """Makes node functions of each kind; the runtime's records what they do."""
+
+    def agent(self, step: AgentStep) -> NodeFn: ...
+
+    def deterministic(self, step: DeterministicStep) -> NodeFn: ...
+
+    def question(self, step: QuestionStep) -> NodeFn: ...
+
+    def gate(self, step: ApprovalGate) -> NodeFn: ...
+
+
+def add_step(graph: StateGraph[Any, Any, Any, Any], kit: NodeKit, step: Step) -> None:
+    """Add ``step`` as a node of its kind; agent steps retry the agent's retryable errors."""
+    from langgraph.types import RetryPolicy
+
+    from shep.errors import AgentError
+
+    def retryable(error: Exception) -> bool:
+        return isinstance(error, AgentError) and error.retryable
+
+    if isinstance(step, AgentStep):
+        # langgraph's overloads want a protocol with a named `state` parameter.
+        graph.add_node(  # type: ignore[call-overload]
+            step.name,
+            kit.agent(step),
+            retry_policy=RetryPolicy(
+                max_attempts=3, initial_interval=2.0, jitter=True, retry_on=retryable
+            ),
+        )
+    elif isinstance(step, DeterministicStep):
+        graph.add_node(step.name, kit.deterministic(step))  # type: ignore[call-overload]
+    elif isinstance(step, QuestionStep):
+        graph.add_node(step.name, kit.question(step))  # type: ignore[call-overload]
+    else:
+        graph.add_node(step.name, kit.gate(step))  # type: ignore[call-overload]
+
+
+def route_gate(gate: ApprovalGate, approved: str) -> Callable[[Mapping[str, Any]], str]:
+    """A router after ``gate``: to ``approved`` when approved, back to its phase when rejected."""
+
+    def route(state: Mapping[str, Any]) -> str:
+        verdict = (state.get("verdicts") or {}).get(gate.name)
+        return gate.phase if verdict == "rejected" else approved
+
+    route.__name__ = f"after_{gate.name}".replace("-", "_")
+    return route
+
+
+@dataclass(frozen=True)
 class Workflow:
-    """A named, described sequence of agent steps."""
+    """A named, described graph of steps.
+
+    ``phases`` are the nodes that count for progress (``N/M``: phases done of
+    phases known), in order. ``build(kit)`` returns the uncompiled graph.
+    ``linear(steps)`` builds the common case: the steps one after another.
+    """
 
     name: str
     description: str
-    steps: tuple[AgentStep, ...]
+    steps: tuple[Step, ...]
+    build: Callable[[NodeKit], StateGraph[Any, Any, Any, Any]]
     inputs: Mapping[str, str] = field(default_factory=dict)
+    phases: tuple[str, ...] = ()
 
     @property
     def node_names(self) -> list[str]:
-        return [step.name for step in self.steps]
+        """The phases (every step's name unless the workflow says otherwise)."""
+        return list(self.phases) if self.phases else [step.name for step in self.steps]
 
-    def build(self, run_step: StepRunner) -> StateGraph[WorkflowState, Any, Any, Any]:
-        """A linear graph: each step's node calls ``run_step(step, state)``."""
-        from langgraph.graph import END, START, StateGraph
-        from langgraph.types import RetryPolicy
-
-        from shep.errors import AgentError
-
-        def retryable(error: Exception) -> bool:
-            return isinstance(error, AgentError) and error.retryable
-
-        graph: StateGraph[WorkflowState, Any, Any, Any] = StateGraph(WorkflowState)
-        previous = START
+    def step(self, name: str) -> Step:
+        """The step named ``name``."""
         for step in self.steps:
-            # langgraph's overloads want a protocol with a named `state` parameter.
-            graph.add_node(  # type: ignore[call-overload]
-                step.name,
-                _node(step, run_step),
-                retry_policy=RetryPolicy(
-                    max_attempts=3, initial_interval=2.0, jitter=True, retry_on=retryable
-                ),
-            )
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+
+def linear(steps: tuple[Step, ...], state: type[Any] = StepState) -> Callable[[NodeKit], Any]:
+    """A ``build`` that runs ``steps`` in order, START to END."""
+
+    def build(kit: NodeKit) -> StateGraph[Any, Any, Any, Any]:
+        from langgraph.graph import END, START, StateGraph
+
+        graph: StateGraph[Any, Any, Any, Any] = StateGraph(state)
+        previous = START
+        for step in steps:
+            add_step(graph, kit, step)
             graph.add_edge(previous, step.name)
             previous = step.name
         graph.add_edge(previous, END)
         return graph
 
-
-StepRunner = Callable[[AgentStep, WorkflowState], dict[str, Any]]
-
-
-def _node(step: AgentStep, run_step: StepRunner) -> Callable[[WorkflowState], dict[str, Any]]:
-    def node(state: WorkflowState) -> dict[str, Any]:
-        return run_step(step, state)
-
-    node.__name__ = step.name.replace("-", "_")
-    return node
+    return build
 
 
 def repository_tree(repo: Path, *, limit: int = 300) -> str:

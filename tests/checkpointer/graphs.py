@@ -11,9 +11,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from commands.run_state import RunState, RunStatus, next_events
+from commands.run_state import RunState, next_events
 from events.base import Event
-from events.runs import NodeCompleted
+from events.runs import NodeCompleted, RunStatus
 from shep.checkpointer import OutboxBuilder
 
 NODES = ("scan", "plan", "implement", "report")

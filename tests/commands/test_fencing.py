@@ -21,11 +21,11 @@ from commands.record_node import (
     record_node_started,
 )
 from commands.resume_run import resume_run
-from commands.run_state import RunState, RunStatus, load_run, next_events
+from commands.run_state import RunState, load_run, next_events
 from commands.save_checkpoint import save_checkpoint
 from commands.start_run import start_run
 from events.base import utc_now
-from events.runs import HeartbeatRecorded, NodeCompleted, RunResumed, RunStarted
+from events.runs import HeartbeatRecorded, NodeCompleted, RunResumed, RunStarted, RunStatus
 from events.store import EventStore
 
 

@@ -14,10 +14,10 @@ from commands.mark_interrupted import mark_interrupted
 from commands.record_agent_output import AgentOutputBuffer, OutputItem
 from commands.record_node import record_node_completed, record_node_started
 from commands.resume_run import resume_run
-from commands.run_state import RunStatus, load_run, next_events
+from commands.run_state import load_run, next_events
 from commands.start_run import start_run
 from events.errors import ConcurrencyError
-from events.runs import AgentOutputRecorded, HeartbeatRecorded, NodeStarted
+from events.runs import AgentOutputRecorded, HeartbeatRecorded, NodeStarted, RunStatus
 from events.store import EventStore
 
 

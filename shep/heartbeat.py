@@ -1,0 +1,106 @@
+"""The worker's heartbeat: a thread that records it is alive, and keeps projections current.
+
+Every ``heartbeat_interval`` seconds it records ``HeartbeatRecorded`` (pid,
+host, current node, last activity, tokens so far), fenced with the worker's
+epoch, then catches the projections up, so a reader such as ``shep status``
+finds them current instead of paying for a long run's output. When the run
+is no longer the worker's (cancelled, or taken over while it was stopped),
+it calls ``on_lost`` and stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+from uuid import UUID
+
+from commands.errors import InvalidTransitionError, WorkerFencedError
+from commands.record_heartbeat import record_heartbeat
+from events.errors import ConcurrencyError, ShepError
+from events.store import EventStore
+from projections.database import open_database
+from projections.runner import catch_up
+from shep.nodes.context import Live
+
+
+class Heartbeat:
+    """A running heartbeat thread; use as a context manager around the graph."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        db_path: Path,
+        run_id: UUID,
+        *,
+        pid: int,
+        host: str,
+        epoch: int,
+        interval: float,
+        live: Live,
+        on_lost: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.db_path = db_path
+        self.run_id = run_id
+        self.pid, self.host, self.epoch = pid, host, epoch
+        self.interval = interval
+        self.live = live
+        self.on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="shep-heartbeat")
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        projections = open_database(self.db_path)
+        try:
+            while not self._stop.wait(self.interval):
+                if not self._beat():
+                    return
+                with contextlib.suppress(ShepError):
+                    catch_up(projections)
+        finally:
+            with contextlib.suppress(ShepError):
+                catch_up(projections)
+            projections.close()
+
+    def _beat(self) -> bool:
+        """Record one heartbeat; False once the run is no longer ours."""
+        with self.live.lock:
+            node, activity, tokens = self.live.node, self.live.activity, self.live.tokens
+        for _ in range(3):
+            try:
+                record_heartbeat(
+                    self.store,
+                    self.run_id,
+                    pid=self.pid,
+                    host=self.host,
+                    node=node,
+                    last_activity=activity,
+                    tokens_so_far=tokens,
+                    epoch=self.epoch,
+                )
+                return True
+            except ConcurrencyError:
+                continue
+            except (InvalidTransitionError, WorkerFencedError):
+                self.on_lost()
+                return False
+            except ShepError:
+                return True
+        return True

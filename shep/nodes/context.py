@@ -1,0 +1,157 @@
+"""What every node kind shares while a worker runs one run: the run, its owner, the recorders.
+
+``RunContext`` is made by the runner for one execution (one worker, one
+epoch) and handed to the node kinds. Everything it appends carries the epoch
+(fencing: see ``commands.run_state.check_owner``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from commands.record_agent_output import AgentOutputBuffer
+from commands.record_node import record_node_started
+from commands.run_state import RunState, next_events
+from events.runs import NodeCompleted, RunCreated, RunStatus, Usage
+from events.store import EventStore
+from shep.errors import ShepError
+from shep.progress import Progress
+from shep.workflows import Workflow, get_workflow
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run is, as its ``RunCreated`` event says."""
+
+    run_id: UUID
+    workflow: Workflow
+    agent_type: str
+    repo: Path
+    model: str | None
+    inputs: dict[str, str]
+
+    @classmethod
+    def load(cls, store: EventStore, run_id: UUID) -> RunPlan:
+        events = store.load(run_id, types=[RunCreated])
+        created = events[0] if events else None
+        if not isinstance(created, RunCreated):
+            raise ShepError(f"Run {run_id} has no RunCreated event; it cannot be executed.")
+        return cls(
+            run_id,
+            get_workflow(created.workflow),
+            created.agent_type,
+            Path(created.repo),
+            created.model,
+            dict(created.inputs),
+        )
+
+
+@dataclass
+class Live:
+    """What the heartbeat reports: shared between the graph thread and the heartbeat thread."""
+
+    node: str | None = None
+    activity: str | None = None
+    tokens: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class RunContext:
+    """One worker's execution of one run, as the node kinds see it."""
+
+    store: EventStore
+    plan: RunPlan
+    epoch: int
+    progress: Progress
+    live: Live = field(default_factory=Live)
+    #: The checkpointer, whose outbox a node's completion joins.
+    saver: Any = None
+    #: Attempts so far per (node, iteration), from the log and this execution.
+    attempts: dict[tuple[str, int], int] = field(default_factory=dict)
+    buffer: AgentOutputBuffer | None = None
+
+    @property
+    def run_id(self) -> UUID:
+        return self.plan.run_id
+
+    def output_buffer(self) -> AgentOutputBuffer:
+        if self.buffer is None:
+            self.buffer = AgentOutputBuffer(self.store, self.run_id, epoch=self.epoch)
+        return self.buffer
+
+    def start_node(self, name: str, iteration: int, *, kind: str) -> int:
+        """Record ``NodeStarted`` (fenced) and show it; return the attempt number."""
+        attempt = self.attempts.get((name, iteration), 0) + 1
+        self.attempts[(name, iteration)] = attempt
+        record_node_started(
+            self.store,
+            self.run_id,
+            name,
+            attempt=attempt,
+            iteration=iteration,
+            kind=kind,
+            epoch=self.epoch,
+        )
+        with self.live.lock:
+            self.live.node, self.live.activity = name, None
+        phases = self.plan.workflow.node_names
+        index = phases.index(name) + 1 if name in phases else 0
+        self.progress.node_started(name, index, attempt, iteration)
+        return attempt
+
+    def complete_node(
+        self,
+        name: str,
+        *,
+        started: float,
+        before: Sequence[tuple[type[Any], dict[str, Any]]] = (),
+        session_id: str | None = None,
+        usage: Usage | None = None,
+        turns: int | None = None,
+    ) -> None:
+        """Queue ``NodeCompleted`` (after ``before``) to join this step's checkpoint.
+
+        A node returns before LangGraph saves its writes and the step's
+        checkpoint, so the events commit with them (see ``shep.checkpointer``'s
+        outbox): after a crash a node is either completed with its result
+        saved, or re-run, never completed twice. The saver is fenced with our
+        epoch, so the batch is refused unless the run is still ours.
+        """
+        items: list[tuple[type[Any], dict[str, Any]]] = [
+            *before,
+            (
+                NodeCompleted,
+                {
+                    "node": name,
+                    "duration_ms": int((time.monotonic() - started) * 1000),
+                    "agent_session_id": session_id,
+                    "usage": usage or Usage(),
+                    "turns": turns,
+                },
+            ),
+        ]
+        saver = self.saver
+        assert saver is not None, "nodes run only while the runner executes the graph"
+        run_id = self.run_id
+
+        def build(after: int) -> list[Any]:
+            return next_events(RunState(run_id, version=after, status=RunStatus.RUNNING), items)
+
+        saver.enqueue(run_id.hex, build)
+        self.progress.node_finished(name, True)
+
+
+def iteration_of(state: Mapping[str, Any], name: str) -> int:
+    """Which time the graph reaches node ``name`` (1 the first time; loops count up).
+
+    Read from the checkpointed state, so a node re-run after a crash keeps its
+    iteration, and a node reached again through a loop gets the next one.
+    """
+    return int((state.get("iterations") or {}).get(name, 0)) + 1
