@@ -146,6 +146,7 @@ FOLDED = (
     NodeStarted,
     NodeCompleted,
     NodeFailed,
+    RunSuspended,
     RunInterrupted,
     RunCancelled,
     RunCompleted,

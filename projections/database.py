@@ -33,11 +33,16 @@ PROJECTION_INDEXES = (
     "runs_created",
     "logs_run",
     "inbox_status",
+    "inbox_run",
     "decisions_run",
     "checkpoints_run",
 )
+#: Bumped whenever a projection's tables change shape: a store whose projections are of
+#: another version has them dropped and rebuilt from the log on its next open.
+PROJECTION_SCHEMA = 2
+SCHEMA_TABLE = "projection_schema"
 # Tables and indexes share one namespace in SQLite: one IN list finds both.
-_REQUIRED = ("stored_events", "tracking", *PROJECTION_TABLES, *PROJECTION_INDEXES)
+_REQUIRED = ("stored_events", "tracking", SCHEMA_TABLE, *PROJECTION_TABLES, *PROJECTION_INDEXES)
 
 
 def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connection:
@@ -85,10 +90,21 @@ def ensure_schema(conn: apsw.Connection) -> None:
     Indexes are checked, not assumed: a rebuild creates them only after its
     replay, so a rebuild killed meanwhile leaves the tables without them.
     """
-    if not has_schema(conn):
+    if not has_schema(conn) or schema_version(conn) != PROJECTION_SCHEMA:
         from projections.runner import create_tables
 
         create_tables(conn)
+
+
+def schema_version(conn: apsw.Connection) -> int | None:
+    """The shape the projections' tables were made in (None before it was recorded)."""
+    try:
+        row = conn.execute(f"SELECT max(version) FROM {SCHEMA_TABLE}").fetchone()
+    except apsw.SQLError:
+        return None
+    except apsw.Error as e:
+        raise store_error(e, conn.filename) from e
+    return int(row[0]) if row and row[0] is not None else None
 
 
 def positions(conn: apsw.Connection) -> dict[str, int]:

@@ -1,4 +1,10 @@
-"""The inbox projection: questions and approval gates, pending or answered, across runs."""
+"""The inbox projection: questions and approval gates, pending or decided, across runs.
+
+``awaited`` marks the items the run is suspended on (its latest
+``RunSuspended``) until a worker resumes it: an awaited item that has a
+decision means the run should be resumed (a decider that died before starting
+the worker, or a deadline that was applied).
+"""
 
 from __future__ import annotations
 
@@ -12,29 +18,46 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
+from events.runs import RunResumed, RunSuspended
 from projections.base import Batch, Projection
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS inbox ("
     "item_id TEXT PRIMARY KEY, kind TEXT NOT NULL, run_id TEXT NOT NULL, node TEXT NOT NULL, "
-    "prompt TEXT NOT NULL, choices TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL, "
-    "answer TEXT, actor TEXT, rationale TEXT, policy TEXT, asked_at TEXT NOT NULL, "
-    "answered_at TEXT)",
+    "iteration INTEGER NOT NULL DEFAULT 1, prompt TEXT NOT NULL, context TEXT NOT NULL DEFAULT '', "
+    "options TEXT NOT NULL DEFAULT '[]', free_text INTEGER NOT NULL DEFAULT 1, phase TEXT, "
+    "artifacts TEXT NOT NULL DEFAULT '[]', deadline TEXT, interrupt_id TEXT, "
+    "status TEXT NOT NULL, answer TEXT, option_id TEXT, actor TEXT, rationale TEXT, policy TEXT, "
+    "asked_at TEXT NOT NULL, answered_at TEXT, awaited INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS inbox_status ON inbox (status, asked_at)",
+    "CREATE INDEX IF NOT EXISTS inbox_run ON inbox (run_id, asked_at)",
 )
+
+#: Item statuses: pending until decided, then answered, granted or rejected.
+PENDING = "pending"
 
 
 def _asked(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAsked)
+    options = [
+        {"id": o.id, "label": o.label, "description": o.description, "recommended": o.recommended}
+        for o in event.options
+    ] or [{"id": c, "label": c, "description": "", "recommended": False} for c in event.choices]
     b.cursor.execute(
-        "INSERT INTO inbox (item_id, kind, run_id, node, prompt, choices, status, asked_at) "
-        "VALUES (?, 'question', ?, ?, ?, ?, 'pending', ?)",
+        "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, context, options, "
+        "free_text, deadline, interrupt_id, status, asked_at) "
+        "VALUES (?, 'question', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
         (
             b.stream,
             event.run_id.hex,
             event.node,
+            event.iteration,
             event.question,
-            json.dumps(event.choices),
+            event.context,
+            json.dumps(options),
+            int(event.free_text),
+            event.deadline,
+            event.interrupt_id,
             b.at,
         ),
     )
@@ -42,14 +65,20 @@ def _asked(b: Batch, event: Event) -> None:
 
 def _requested(b: Batch, event: Event) -> None:
     assert isinstance(event, ApprovalRequested)
+    artifacts = [{"path": a.path, "sha256": a.sha256} for a in event.artifacts]
     b.cursor.execute(
-        "INSERT INTO inbox (item_id, kind, run_id, node, prompt, status, asked_at) "
-        "VALUES (?, 'approval', ?, ?, ?, 'pending', ?)",
+        "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, phase, artifacts, "
+        "interrupt_id, status, asked_at) "
+        "VALUES (?, 'approval', ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
         (
             b.stream,
             event.run_id.hex,
             event.node,
+            event.iteration,
             event.summary,
+            event.phase or None,
+            json.dumps(artifacts),
+            event.interrupt_id,
             b.at,
         ),
     )
@@ -58,8 +87,9 @@ def _requested(b: Batch, event: Event) -> None:
 def _answered(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAnswered)
     b.cursor.execute(
-        "UPDATE inbox SET status='answered', answer=?, actor=?, answered_at=? WHERE item_id=?",
-        (event.answer, event.actor, b.at, b.stream),
+        "UPDATE inbox SET status='answered', answer=?, option_id=?, actor=?, answered_at=? "
+        "WHERE item_id=?",
+        (event.answer, event.option_id, event.actor, b.at, b.stream),
     )
 
 
@@ -68,15 +98,20 @@ def _decided(b: Batch, event: Event) -> None:
     status = "granted" if isinstance(event, ApprovalGranted) else "rejected"
     b.cursor.execute(
         "UPDATE inbox SET status=?, actor=?, rationale=?, policy=?, answered_at=? WHERE item_id=?",
-        (
-            status,
-            event.actor,
-            event.rationale,
-            event.policy,
-            b.at,
-            b.stream,
-        ),
+        (status, event.actor, event.rationale, event.policy, b.at, b.stream),
     )
+
+
+def _suspended(b: Batch, event: Event) -> None:
+    assert isinstance(event, RunSuspended)
+    b.cursor.execute("UPDATE inbox SET awaited=0 WHERE run_id=? AND awaited=1", (b.stream,))
+    b.cursor.executemany(
+        "UPDATE inbox SET awaited=1 WHERE item_id=?", [(i.hex,) for i in event.item_ids]
+    )
+
+
+def _resumed(b: Batch, event: Event) -> None:
+    b.cursor.execute("UPDATE inbox SET awaited=0 WHERE run_id=? AND awaited=1", (b.stream,))
 
 
 INBOX = Projection(
@@ -89,5 +124,7 @@ INBOX = Projection(
         QuestionAnswered: _answered,
         ApprovalGranted: _decided,
         ApprovalRejected: _decided,
+        RunSuspended: _suspended,
+        RunResumed: _resumed,
     },
 )

@@ -73,11 +73,6 @@ def list_runs(conn: apsw.Connection, *, include_all: bool = False, recent: int =
     return sorted(active + finished, key=lambda r: r["created_at"], reverse=True)
 
 
-def count_runs(conn: apsw.Connection) -> int:
-    row = conn.execute("SELECT count(*) FROM runs").fetchone()
-    return int(row[0]) if row else 0
-
-
 def get_run(conn: apsw.Connection, run_id: str) -> Row:
     """One run with its nodes (in workflow order as far as they started)."""
     rows = _rows(conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)))

@@ -28,7 +28,10 @@ from projections.checkpoints import CHECKPOINTS
 from projections.database import (
     PROJECTION_INDEXES,
     PROJECTION_NAMES,
+    PROJECTION_SCHEMA,
     PROJECTION_TABLES,
+    SCHEMA_TABLE,
+    schema_version,
     ensure_schema,
     lag,
     positions,
@@ -53,10 +56,22 @@ _TRACK = (
 
 
 def create_tables(conn: apsw.Connection) -> None:
-    """Create the event tables and every projection's tables and indexes (idempotent)."""
+    """Create the event tables and every projection's tables and indexes (idempotent).
+
+    Projections made in another shape (``PROJECTION_SCHEMA``) are dropped with
+    their tracking positions: the next catch-up rebuilds them from the log.
+    """
     with immediate_transaction(conn):
         for statement in (*events_table_ddl("stored_events"), TRACKING_DDL):
             conn.execute(statement)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version INTEGER NOT NULL)")
+        if schema_version(conn) != PROJECTION_SCHEMA:
+            for projection in PROJECTIONS:
+                for table in projection.tables:
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+                conn.execute("DELETE FROM tracking WHERE application_name=?", (projection.name,))
+            conn.execute(f"DELETE FROM {SCHEMA_TABLE}")
+            conn.execute(f"INSERT INTO {SCHEMA_TABLE} VALUES (?)", (PROJECTION_SCHEMA,))
         for projection in PROJECTIONS:
             for statement in projection.ddl:
                 conn.execute(statement)

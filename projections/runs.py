@@ -26,6 +26,7 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS runs ("
     "run_id TEXT PRIMARY KEY, workflow TEXT NOT NULL, agent_type TEXT NOT NULL, model TEXT, "
     "repo TEXT NOT NULL, status TEXT NOT NULL, current_node TEXT, "
+    "current_iteration INTEGER NOT NULL DEFAULT 1, "
     "completed_nodes INTEGER NOT NULL DEFAULT 0, total_nodes INTEGER NOT NULL DEFAULT 0, "
     "created_at TEXT NOT NULL, started_at TEXT, updated_at TEXT NOT NULL, finished_at TEXT, "
     "last_heartbeat TEXT, pid INTEGER, host TEXT, error TEXT, log_path TEXT, "
@@ -36,6 +37,8 @@ DDL = (
     "CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at)",
     "CREATE TABLE IF NOT EXISTS nodes ("
     "run_id TEXT NOT NULL, node TEXT NOT NULL, status TEXT NOT NULL, "
+    "kind TEXT NOT NULL DEFAULT 'agent', iteration INTEGER NOT NULL DEFAULT 1, "
+    "completions INTEGER NOT NULL DEFAULT 0, phase INTEGER NOT NULL DEFAULT 0, "
     "attempt INTEGER NOT NULL DEFAULT 1, started_at TEXT, finished_at TEXT, duration_ms INTEGER, "
     "agent_session_id TEXT, input_tokens INTEGER NOT NULL DEFAULT 0, "
     "output_tokens INTEGER NOT NULL DEFAULT 0, cost_usd REAL, error TEXT, "
@@ -79,7 +82,7 @@ def _created(b: Batch, event: Event) -> None:
         ),
     )
     b.cursor.executemany(
-        "INSERT OR IGNORE INTO nodes (run_id, node, status) VALUES (?,?,'pending')",
+        "INSERT OR IGNORE INTO nodes (run_id, node, status, phase) VALUES (?,?,'pending',1)",
         [(b.stream, node) for node in event.node_names],
     )
 
@@ -101,12 +104,14 @@ def _started(b: Batch, event: Event) -> None:
 def _node_started(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeStarted)
     b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status, attempt, started_at) VALUES (?,?,'running',?,?) "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status='running', attempt=excluded.attempt, "
+        "INSERT INTO nodes (run_id, node, status, kind, iteration, attempt, started_at) "
+        "VALUES (?,?,'running',?,?,?,?) "
+        "ON CONFLICT (run_id, node) DO UPDATE SET status='running', kind=excluded.kind, "
+        "iteration=excluded.iteration, attempt=excluded.attempt, "
         "started_at=excluded.started_at, finished_at=NULL, error=NULL",
-        (b.stream, event.node, event.attempt, b.at),
+        (b.stream, event.node, event.kind, event.iteration, event.attempt, b.at),
     )
-    _update(b, "current_node=?", event.node)
+    _update(b, "current_node=?, current_iteration=?", event.node, event.iteration)
     _touch(b, event)
 
 
@@ -124,8 +129,9 @@ def _node_completed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeCompleted)
     u = event.usage
     b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status) VALUES (?,?,'completed') "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status='completed'",
+        "INSERT INTO nodes (run_id, node, status, completions) VALUES (?,?,'completed',1) "
+        "ON CONFLICT (run_id, node) DO UPDATE SET status='completed', "
+        "completions=completions+1",
         (b.stream, event.node),
     )
     b.cursor.execute(
@@ -146,7 +152,7 @@ def _node_completed(b: Batch, event: Event) -> None:
     _update(
         b,
         "current_node=NULL, completed_nodes=(SELECT count(*) FROM nodes WHERE run_id=? AND "
-        "status='completed'), input_tokens=input_tokens+?, output_tokens=output_tokens+?, "
+        "completions > 0 AND phase = 1), input_tokens=input_tokens+?, output_tokens=output_tokens+?, "
         "cost_usd=cost_usd+?, agent_session_id=coalesce(?, agent_session_id)",
         b.stream,
         u.input_tokens,

@@ -11,6 +11,20 @@ def host_name() -> str:
     return socket.gethostname()
 
 
+def user_actor(as_: str | None = None) -> str:
+    """``user:<login>`` of the person deciding (``--as NAME`` gives ``user:NAME``).
+
+    A value that already names its kind (``supervisor:...``, ``ci:...``) is kept.
+    """
+    if as_:
+        return as_ if ":" in as_ else f"user:{as_}"
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):
+        login = str(os.getuid())
+    return f"user:{login}"
+
+
 def current_actor() -> str:
     """``user@host`` of the person running shep (``SHEP_ACTOR`` overrides, for automation)."""
     override = os.environ.get("SHEP_ACTOR")

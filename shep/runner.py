@@ -48,10 +48,10 @@ from shep.heartbeat import Heartbeat
 from shep.identity import host_name
 from shep.nodes import RunKit
 from shep.nodes.context import RunContext, RunPlan
-from shep.nodes.deterministic import StepFailedError
 from shep.progress import Progress
 from shep.secrets import load_token
 from shep.settings import Settings
+from shep.workflows.base import StepFailedError
 
 __all__ = ["RunPlan", "Runner", "WorkerStopped"]
 

@@ -149,6 +149,17 @@ class Runtime:
             print(f"{marked} interrupted {noun}: shep status", file=sys.stderr)
         return marked
 
+    def check_inbox(self, *, notice: bool = True) -> int:
+        """Apply due deadlines, resume runs whose decision nobody acted on, say what waits.
+
+        See ``shep.inbox_watch``; one indexed count when the inbox is empty.
+        """
+        if not os.path.exists(self.db_file):
+            return 0
+        from shep.inbox_watch import watch_inbox
+
+        return watch_inbox(self, self.read_db(), notice=notice)
+
     def require_home(self) -> None:
         if not os.path.isdir(self.home_dir):
             raise StoreUnavailableError(f"SHEP_HOME {self.home} does not exist.")

@@ -32,6 +32,10 @@ COMMANDS: dict[str, str] = {
     "workflows": "shep.cli.run:workflows",
     "_worker": "shep.cli.run:worker",
     "demo": "shep.cli.demo:demo",
+    "inbox": "shep.cli.inbox:inbox",
+    "answer": "shep.cli.inbox:answer",
+    "approve": "shep.cli.inbox:approve",
+    "reject": "shep.cli.inbox:reject",
 }
 
 INTERNAL_ERROR_EXIT = 70
@@ -85,6 +89,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.call_on_close(ctx.obj.close)
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
         ctx.obj.check_orphans()
+        # `shep inbox` lists the items itself; every other command mentions them.
+        ctx.obj.check_inbox(notice=ctx.invoked_subcommand != "inbox")
 
 
 def _debug_requested(argv: list[str]) -> bool:

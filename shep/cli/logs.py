@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, cast
 
@@ -11,10 +12,16 @@ import msgspec
 
 from projections.queries import get_run, list_logs, resolve_run_id
 from projections.runner import catch_up
+from shep.cli.render import short_id
 from shep.runtime import Runtime
 
 FINAL = frozenset({"completed", "failed", "cancelled"})
+INTERRUPTED = "interrupted"
+#: --follow stops at a final status, and at interrupted: no worker is left to write more.
+FOLLOW_ENDS_AT = FINAL | {INTERRUPTED}
 POLL_SECONDS = 0.01
+#: How often --follow applies the orphan rule: a worker that dies writes no final status.
+ORPHAN_CHECK_SECONDS = 1.0
 
 
 @click.command()
@@ -30,8 +37,14 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
     if not follow:
         return
     data_version = _data_version(conn)
-    while get_run(conn, run_id)["status"] not in FINAL:
+    next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
+    while (status := get_run(conn, run_id)["status"]) not in FOLLOW_ENDS_AT:
         time.sleep(POLL_SECONDS)
+        if time.monotonic() >= next_orphan_check:
+            # A killed worker never writes its final status: apply the orphan rule, as
+            # every command does at start, so a dead worker's run turns interrupted.
+            runtime.check_orphans()
+            next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
         current = _data_version(conn)
         if current == data_version:
             continue
@@ -40,6 +53,12 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
         last = _print(conn, run_id, last, as_json)
     catch_up(conn)
     _print(conn, run_id, last, as_json)
+    if status == INTERRUPTED:
+        from shep.cli.run import EXIT_INTERRUPTED
+
+        short = short_id(run_id)
+        click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _data_version(conn: apsw.Connection) -> int:

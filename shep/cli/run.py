@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,7 +129,7 @@ def run(
         host=host_name(),
         process_start=process_start(me),
     )
-    _launch(runtime, run_id, resume=False, background=background, timeout=timeout)
+    launch(runtime, run_id, resume=False, background=background, timeout=timeout)
 
 
 @click.command()
@@ -282,7 +283,7 @@ def _resume(
         state = _take_over(runtime, state, force=force)
     if state.status is not RunStatus.INTERRUPTED:
         raise InvalidTransitionError(run_id.hex, state.status.value, "resume it")
-    _launch(runtime, run_id, resume=True, background=background, timeout=timeout)
+    launch(runtime, run_id, resume=True, background=background, timeout=timeout)
 
 
 def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
@@ -328,9 +329,19 @@ def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
     return after
 
 
-def _launch(
-    runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
+def launch(
+    runtime: Runtime,
+    run_id: UUID,
+    *,
+    resume: bool,
+    background: bool,
+    timeout: float | None,
+    quiet: bool = False,
 ) -> None:
+    """Start (or resume) the run: in a detached worker, or in this process.
+
+    A background start prints the run id on stdout (for scripts) unless ``quiet``.
+    """
     if background:
         from commands.fail_run import fail_run
         from commands.resume_run import resume_run
@@ -348,16 +359,23 @@ def _launch(
         # Recorded here, not by the worker: a worker that dies while still importing
         # is then a running run with a dead pid, which recovery marks interrupted.
         begin = resume_run if resume else start_run
-        begin(
-            runtime.store(),
-            run_id,
-            pid=pid,
-            host=host_name(),
-            background=True,
-            log_path=str(log_path(runtime.home, run_id)),
-            process_start=process_start(pid),
-        )
-        click.echo(run_id.hex)
+        try:
+            begin(
+                runtime.store(),
+                run_id,
+                pid=pid,
+                host=host_name(),
+                background=True,
+                log_path=str(log_path(runtime.home, run_id)),
+                process_start=process_start(pid),
+            )
+        except BaseException:
+            # Not handed the run (another worker took it first): it must not linger.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            raise
+        if not quiet:
+            click.echo(run_id.hex)
         click.echo(
             f"Started worker {pid} in the background. Follow it with "
             f"`shep logs {run_id.hex[:8]} --follow`.",
@@ -437,6 +455,12 @@ def execute_run(
             f"Run {short} is waiting for {what}: see `shep inbox`. It goes on once decided.",
             err=True,
         )
+        from projections.runner import catch_up
+
+        # A decision that landed while this worker was suspending the run found it
+        # still running and left it to us: start the worker that takes it.
+        catch_up(runtime.read_db())
+        runtime.check_inbox(notice=False)
         return
     if status is RunStatus.INTERRUPTED:
         click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)

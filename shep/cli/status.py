@@ -9,7 +9,7 @@ import click
 import msgspec
 
 from events.errors import ShepError
-from projections.queries import count_runs, get_run, list_runs, resolve_run_id
+from projections.queries import get_run, list_runs, resolve_run_id
 from shep.cli.render import age, short_id, table
 from shep.runtime import Runtime
 
@@ -41,12 +41,12 @@ def status(runtime: Runtime, run: str | None, show_all: bool, as_json: bool) -> 
         detail = get_run(conn, resolve_run_id(conn, run))
         click.echo(_json(detail) if as_json else _render_detail(detail))
         return
-    if count_runs(conn) == 0:
-        raise NoRunsError()
     runs = list_runs(conn, include_all=show_all)
     if as_json:
-        click.echo(_json(runs))
+        click.echo(_json(runs))  # `[]` when there are none: a list, not an error
         return
+    if not runs:
+        raise NoRunsError()
     now = datetime.now(UTC)
     click.echo(
         table(

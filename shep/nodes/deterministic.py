@@ -7,13 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from commands.record_node import record_node_failed
-from events.errors import ShepError
 from shep.nodes.context import RunContext, iteration_of
-from shep.workflows.base import DeterministicStep, NodeFn
-
-
-class StepFailedError(ShepError):
-    """A deterministic step found something wrong (a file that does not validate, ...)."""
+from shep.workflows.base import DeterministicStep, NodeFn, StepFailedError
 
 
 def deterministic_node(ctx: RunContext, step: DeterministicStep) -> NodeFn:

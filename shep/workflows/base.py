@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
+from events.errors import ShepError
+
 if TYPE_CHECKING:
     from langgraph.graph.state import StateGraph
 
@@ -85,6 +87,12 @@ class AgentStep:
     instruction: str
     writes: bool = False
     artifact: str | None = None
+
+
+class StepFailedError(ShepError):
+    """A deterministic step found something wrong (a file that does not validate, ...):
+    the run fails with this message.
+    """
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ so tests can prove which nodes ran when. Misbehaviours, by ``FAKE_FAIL``:
 ``401`` (an auth error, exit 1), ``529-once`` (overloaded the first time for
 each node, then fine; state in ``FAKE_STATE``), ``hang`` (sleep forever).
 ``FAKE_WRITE_REPORT=1`` makes the report step write shep-analysis.md itself.
+Steps of other workflows are named by a ``[step:NAME]`` marker in the prompt.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -54,12 +56,15 @@ def main() -> int:
         print("2.1.197 (Claude Code)")
         return 0
     prompt = sys.stdin.read()
+    task = prompt.split("Your task now")[-1]
+    marked = re.search(r"\[step:([\w-]+)\]", task)
     node = next(
-        (name for name, phrase in STEPS if phrase in prompt.split("Your task now")[-1]), "unknown"
+        (name for name, phrase in STEPS if phrase in task),
+        marked.group(1) if marked else "unknown",
     )
     resumed = sys.argv[sys.argv.index("--resume") + 1] if "--resume" in sys.argv else None
     session = resumed or str(uuid.uuid4())
-    log(node=node, phase="start", resume=resumed)
+    log(node=node, phase="start", resume=resumed, prompt=task)
     failure = os.environ.get("FAKE_FAIL", "")
     if failure == "hang":
         emit({"type": "system", "subtype": "init", "session_id": session, "model": "fake"})

@@ -1,0 +1,158 @@
+"""Queries of the inbox: pending items across runs, one item by id or run, what is due.
+
+``get_`` one, ``list_`` many; the deadline and resume checks every shep
+command makes are single indexed reads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import apsw
+
+from events.errors import ShepError
+from events.runs import WAITING_STATUSES
+
+Row = dict[str, Any]
+
+_WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
+_ITEM_COLUMNS = (
+    "i.item_id, i.kind, i.run_id, r.workflow, r.repo, i.node, i.iteration, i.prompt, "
+    "i.context, i.options, i.free_text, i.phase, i.artifacts, i.deadline, i.status, "
+    "i.answer, i.option_id, i.actor, i.rationale, i.asked_at, i.answered_at"
+)
+
+
+class ItemRefError(ShepError):
+    """An item reference names no pending item, or several."""
+
+    exit_code = 2
+
+
+def _rows(cursor: apsw.Cursor) -> list[Row]:
+    try:
+        names = [d[0] for d in cursor.getdescription()]
+    except apsw.ExecutionCompleteError:
+        return []
+    rows = []
+    for values in cursor:
+        row = dict(zip(names, values, strict=True))
+        row["options"] = json.loads(row["options"])
+        row["artifacts"] = json.loads(row["artifacts"])
+        row["free_text"] = bool(row["free_text"])
+        rows.append(row)
+    return rows
+
+
+def list_inbox(
+    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
+) -> list[Row]:
+    """Every pending item, oldest first, with its run's workflow and repository."""
+    where, params = ["i.status='pending'"], []
+    if repo is not None:
+        where.append("r.repo=?")
+        params.append(repo)
+    if run_id is not None:
+        where.append("i.run_id=?")
+        params.append(run_id)
+    return _rows(
+        conn.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
+            f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id",
+            params,
+        )
+    )
+
+
+def get_item(conn: apsw.Connection, item_id: str) -> Row | None:
+    """One item, pending or decided."""
+    rows = _rows(
+        conn.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
+            "WHERE i.item_id=?",
+            (item_id,),
+        )
+    )
+    return rows[0] if rows else None
+
+
+def resolve_item(conn: apsw.Connection, ref: str, *, kind: str | None = None) -> Row:
+    """The item ``ref`` names: an item id or unique prefix, or a run with one pending item.
+
+    With ``kind`` (question / approval), a run's pending items of that kind count.
+    """
+    prefix = ref.strip().lower().replace("-", "")
+    if not prefix or len(prefix) > 32 or any(c not in "0123456789abcdef" for c in prefix):
+        raise ItemRefError(f"No inbox item or run {ref!r}. List them with `shep inbox`.")
+    items = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT item_id FROM inbox WHERE item_id >= ? AND item_id < ? LIMIT 3",
+            (prefix, prefix + "g"),
+        )
+    ]
+    if len(items) > 1:
+        raise ItemRefError(f"{ref!r} matches several inbox items; type more of its id.")
+    if items:
+        row = get_item(conn, items[0])
+        assert row is not None
+        return row
+    runs = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 3",
+            (prefix, prefix + "g"),
+        )
+    ]
+    if not runs:
+        raise ItemRefError(f"No inbox item or run {ref!r}. List them with `shep inbox`.")
+    if len(runs) > 1:
+        raise ItemRefError(f"{ref!r} matches several runs; type more of its id.")
+    pending = [r for r in list_inbox(conn, run_id=runs[0]) if kind is None or r["kind"] == kind]
+    if len(pending) != 1:
+        what = f"pending {kind} items" if kind else "pending items"
+        listing = ", ".join(r["item_id"][:8] for r in pending)
+        detail = f": {listing}; name one" if pending else ""
+        raise ItemRefError(f"Run {runs[0][:8]} has {len(pending)} {what}{detail}.")
+    return pending[0]
+
+
+def count_pending(conn: apsw.Connection) -> int:
+    """How many items wait for a decision."""
+    row = conn.execute("SELECT count(*) FROM inbox WHERE status='pending'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:
+    """Pending questions whose deadline (ISO UTC) is before ``now``."""
+    return _rows(
+        conn.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
+            "WHERE i.status='pending' AND i.kind='question' AND i.deadline IS NOT NULL "
+            "AND i.deadline < ? ORDER BY i.deadline",
+            (now,),
+        )
+    )
+
+
+def list_runs_to_resume(conn: apsw.Connection) -> list[str]:
+    """Waiting runs with a decided item they are suspended on: nobody resumed them yet."""
+    return [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT DISTINCT i.run_id FROM inbox i JOIN runs r ON r.run_id = i.run_id "
+            "WHERE i.awaited=1 AND i.status!='pending' "
+            f"AND r.status IN ({','.join('?' * len(_WAITING))})",
+            _WAITING,
+        )
+    ]
+
+
+def count_rejections(conn: apsw.Connection, run_id: str, phase: str) -> int:
+    """How many times a gate of the run has rejected ``phase``."""
+    row = conn.execute(
+        "SELECT count(*) FROM inbox WHERE run_id=? AND phase=? AND status='rejected'",
+        (run_id, phase),
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,220 @@
+"""``shep inbox``, ``answer``, ``approve``, ``reject``: the questions and gates of every run.
+
+A decision is an event on the item's own stream (the first decision wins);
+then the run resumes at once in a background worker (``--wait``: in this
+process, with live progress). The decision is in the log before the worker
+starts, so a worker that dies before reading it still resumes with it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import click
+
+from shep.runtime import Runtime
+
+#: Rejections of one phase after which the user is told how many there were.
+REJECTION_WARNING = 5
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the items as a JSON list.")
+@click.option(
+    "--repo",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Only items of runs on this repository.",
+)
+@click.option("--run", "run_ref", metavar="RUN", help="Only items of this run.")
+@click.pass_obj
+def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | None) -> None:
+    """List every pending question and approval gate across runs, oldest first.
+
+    On a terminal with no options it is a picker that answers, approves or
+    rejects in place.
+    """
+    from projections.inbox_queries import list_inbox
+    from projections.queries import resolve_run_id
+
+    if not _has_store(runtime):
+        click.echo("[]" if as_json else "The inbox is empty.")
+        return
+    conn = runtime.read_db()
+    run_id = resolve_run_id(conn, run_ref) if run_ref else None
+    repo_path = str(repo.expanduser().resolve()) if repo else None
+    items = list_inbox(conn, repo=repo_path, run_id=run_id)
+    if as_json:
+        click.echo(json.dumps([_public(i) for i in items], indent=2))
+        return
+    if not items:
+        click.echo("The inbox is empty.")
+        return
+    if sys.stdin.isatty() and sys.stdout.isatty() and not (repo or run_ref):
+        from shep.cli.inbox_picker import pick_and_decide
+
+        pick_and_decide(runtime, items)
+        return
+    now = datetime.now(UTC)
+    for item in items:
+        click.echo(render_item(item, now))
+
+
+def render_item(item: dict[str, Any], now: datetime) -> str:
+    """An item as a few lines of text: what is asked, where, since when, the choices."""
+    from shep.cli.render import age
+
+    iteration = f" #{item['iteration']}" if item["iteration"] > 1 else ""
+    head = (
+        f"{item['item_id'][:8]}  {item['kind']:<8}  run {item['run_id'][:8]}  "
+        f"{item['workflow']}  {item['node']}{iteration}  {age(item['asked_at'], now)}"
+    )
+    lines = [head, f"    {item['prompt']}"]
+    if item["context"]:
+        lines.append(f"    {item['context']}")
+    for option in item["options"]:
+        mark = " (recommended)" if option["recommended"] else ""
+        lines.append(f"    [{option['id']}] {option['label']}{mark}")
+    for artifact in item["artifacts"]:
+        lines.append(f"    file {artifact['path']}  sha256 {artifact['sha256'][:12]}")
+    if item["deadline"]:
+        lines.append(f"    the recommended option applies at {item['deadline'][:19]} UTC")
+    lines.append(f"    repo {item['repo']}")
+    return "\n".join(lines)
+
+
+def _public(item: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
+        "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
+    )  # fmt: skip
+    return {key: item[key] for key in keys}
+
+
+def _has_store(runtime: Runtime) -> bool:
+    import os
+
+    return os.path.exists(runtime.db_file)
+
+
+_AS = click.option("--as", "as_", metavar="NAME", help="Decide as NAME (default: your login).")
+_WAIT = click.option(
+    "--wait", is_flag=True, help="Resume the run in this process, with live progress."
+)
+
+
+@click.command()
+@click.argument("item_ref", metavar="ITEM")
+@click.argument("text", required=False)
+@click.option("--option", "option_id", metavar="ID", help="Answer with this option.")
+@_AS
+@_WAIT
+@click.pass_obj
+def answer(
+    runtime: Runtime,
+    item_ref: str,
+    text: str | None,
+    option_id: str | None,
+    as_: str | None,
+    wait: bool,
+) -> None:
+    """Answer question ITEM (or the one pending question of a run): TEXT or --option ID."""
+    from commands.answer_question import InvalidAnswerError, answer_question
+    from projections.inbox_queries import resolve_item
+    from shep.identity import user_actor
+
+    if (text is None) == (option_id is None):
+        raise InvalidAnswerError("Give the answer as TEXT or as --option ID (one of them).")
+    item = resolve_item(_db(runtime), item_ref, kind="question")
+    state = answer_question(
+        runtime.store(),
+        UUID(item["item_id"]),
+        actor=user_actor(as_),
+        text=text,
+        option_id=option_id,
+    )
+    decision = state.decision
+    assert decision is not None
+    click.echo(f"Answered {item['item_id'][:8]}: {decision.answer}")  # type: ignore[union-attr]
+    _resume(runtime, item["run_id"], wait=wait)
+
+
+@click.command()
+@click.argument("item_ref", metavar="ITEM|RUN")
+@click.option("--comment", default="", help="Why, for the record.")
+@_AS
+@_WAIT
+@click.pass_obj
+def approve(runtime: Runtime, item_ref: str, comment: str, as_: str | None, wait: bool) -> None:
+    """Approve gate ITEM (or the one pending gate of RUN); the run goes on."""
+    from commands.approve_item import approve_item
+    from projections.inbox_queries import resolve_item
+    from shep.identity import user_actor
+
+    item = resolve_item(_db(runtime), item_ref, kind="approval")
+    approve_item(runtime.store(), UUID(item["item_id"]), actor=user_actor(as_), comment=comment)
+    click.echo(f"Approved {item['item_id'][:8]} ({item['node']} of run {item['run_id'][:8]}).")
+    _resume(runtime, item["run_id"], wait=wait)
+
+
+@click.command()
+@click.argument("item_ref", metavar="ITEM|RUN")
+@click.option("--reason", required=True, help="Why: the agent gets it when the phase re-runs.")
+@_AS
+@_WAIT
+@click.pass_obj
+def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: bool) -> None:
+    """Reject gate ITEM (or the one pending gate of RUN); its phase re-runs with the reason."""
+    from commands.reject_item import reject_item
+    from projections.inbox_queries import count_rejections, resolve_item
+    from projections.runner import catch_up
+    from shep.identity import user_actor
+
+    conn = _db(runtime)
+    item = resolve_item(conn, item_ref, kind="approval")
+    reject_item(runtime.store(), UUID(item["item_id"]), actor=user_actor(as_), reason=reason)
+    phase = item["phase"] or item["node"]
+    click.echo(
+        f"Rejected {item['item_id'][:8]}: {phase} of run {item['run_id'][:8]} runs again "
+        "with your reason."
+    )
+    catch_up(conn)
+    count = count_rejections(conn, item["run_id"], phase)
+    if count >= REJECTION_WARNING:
+        click.echo(
+            f"shep: warning: {phase} of run {item['run_id'][:8]} has been rejected {count} "
+            "times; consider `shep cancel` or a clearer reason.",
+            err=True,
+        )
+    _resume(runtime, item["run_id"], wait=wait)
+
+
+def _db(runtime: Runtime) -> Any:
+    from projections.inbox_queries import ItemRefError
+
+    if not _has_store(runtime):
+        raise ItemRefError("The inbox is empty: no run has asked anything.")
+    return runtime.read_db()
+
+
+def _resume(runtime: Runtime, run_hex: str, *, wait: bool) -> None:
+    """Resume the run now that it has a decision, unless a worker already runs it."""
+    from commands.errors import InvalidTransitionError
+    from commands.run_state import load_run
+    from events.runs import WAITING_STATUSES
+    from shep.cli.run import launch
+
+    run_id = UUID(run_hex)
+    state = load_run(runtime.store(), run_id)
+    if state.status not in WAITING_STATUSES:
+        # Running: its worker takes the decision before it waits again. Interrupted:
+        # `shep resume` will. Ended: nothing to resume.
+        return
+    try:
+        launch(runtime, run_id, resume=True, background=not wait, timeout=None, quiet=True)
+    except InvalidTransitionError:
+        return  # another decision's worker got there first; it reads this one too

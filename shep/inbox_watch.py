@@ -1,0 +1,106 @@
+"""What every shep command does for the inbox before its own work.
+
+- A pending question whose deadline has passed gets its recommended option,
+  recorded with actor ``system:deadline`` (a gate never approves itself: gates
+  have no deadline).
+- A waiting run with a decided item it is suspended on has nobody resuming
+  it (its decider died before starting the worker, or a deadline was just
+  applied): a background worker is started for it.
+- ``N waiting in the inbox: shep inbox`` is printed when items are pending
+  (the ``inbox_notice`` setting turns it off).
+
+Cheap when the inbox is empty: one indexed count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+import apsw
+
+if TYPE_CHECKING:
+    from shep.runtime import Runtime
+
+DEADLINE_ACTOR = "system:deadline"
+
+
+def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True) -> int:
+    """Apply due deadlines, resume stranded runs, print the notice; return the pending count."""
+    from projections.inbox_queries import count_pending, list_expired_questions, list_runs_to_resume
+
+    pending = count_pending(conn)
+    if pending == 0 and not _awaited_decisions(conn):
+        return 0
+    if not conn.readonly("main"):
+        for item in list_expired_questions(conn, datetime.now(UTC).isoformat()):
+            _apply_deadline(runtime, item)
+        if pending:
+            from projections.runner import catch_up
+
+            catch_up(conn)
+        for run_id in list_runs_to_resume(conn):
+            _resume(runtime, run_id)
+        pending = count_pending(conn)
+    if pending and notice and notice_enabled(conn):
+        print(f"{pending} waiting in the inbox: shep inbox", file=sys.stderr)
+    return pending
+
+
+def _awaited_decisions(conn: apsw.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM inbox WHERE awaited=1 AND status!='pending' LIMIT 1"
+    ).fetchone()
+    return row is not None
+
+
+def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
+    from commands.answer_question import answer_question
+    from commands.inbox_state import AlreadyDecidedError, RunNotWaitingError
+
+    options = item["options"]
+    assert isinstance(options, list)
+    recommended = next((o["id"] for o in options if o["recommended"]), None)
+    if recommended is None:
+        return
+    with contextlib.suppress(AlreadyDecidedError, RunNotWaitingError):
+        answer_question(
+            runtime.store(),
+            UUID(str(item["item_id"])),
+            actor=DEADLINE_ACTOR,
+            option_id=recommended,
+        )
+        print(
+            f"Question {str(item['item_id'])[:8]} of run {str(item['run_id'])[:8]} passed its "
+            f"deadline: answered with its recommended option {recommended!r}.",
+            file=sys.stderr,
+        )
+
+
+def _resume(runtime: Runtime, run_hex: str) -> None:
+    from commands.errors import InvalidTransitionError
+    from shep.cli.run import launch
+
+    with contextlib.suppress(InvalidTransitionError):
+        launch(runtime, UUID(run_hex), resume=True, background=True, timeout=None, quiet=True)
+
+
+def notice_enabled(conn: apsw.Connection) -> bool:
+    """The ``inbox_notice`` setting (on unless turned off), read straight from the log."""
+    from events.settings import SETTINGS_STREAM_ID, SettingChanged
+
+    topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
+    row = conn.execute(
+        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
+        "AND state LIKE '%\"inbox_notice\"%' ORDER BY originator_version DESC LIMIT 1",
+        (SETTINGS_STREAM_ID.hex, topic),
+    ).fetchone()
+    if row is None:
+        return True
+    import msgspec
+
+    event = msgspec.json.decode(row[0], type=SettingChanged)
+    return event.value.strip().lower() not in ("off", "0", "false", "no")

@@ -1,0 +1,60 @@
+"""Questions and approval gates, end to end: real workers that exit while a run waits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e.cli import shep
+from tests.runtime.conftest import agent_calls
+from tests.runtime.test_background_recovery import run_row, wait_for
+
+
+def _inbox() -> list[dict[str, object]]:
+    return json.loads(shep("inbox", "--json", check=True).stdout)
+
+
+def _start(repo: Path, workflow: str = "gated-review", *extra: str) -> str:
+    result = shep("run", workflow, "--repo", str(repo), "--background", *extra, check=True)
+    return result.stdout.strip()
+
+
+def _pending(run_id: str) -> list[dict[str, object]]:
+    return [i for i in _inbox() if i["run_id"] == run_id]
+
+
+def _waiting_on(run_id: str, kind: str) -> dict[str, object]:
+    """Wait until the run waits on exactly one pending item, of ``kind``; return it."""
+    wait_for(
+        lambda: [i["kind"] for i in _pending(run_id)] == [kind]
+        and str(run_row(run_id)["status"]).startswith("waiting"),
+        what=f"the run to wait for {kind}",
+    )
+    return _pending(run_id)[0]
+
+
+def test_happy_path_question_then_gate(repo: Path, fake_claude: Path, agent_log: Path) -> None:
+    """draft runs, the question waits (no worker), the answer resumes it, the gate waits,
+    the approval resumes it, finish runs, the run completes.
+    """
+    run_id = _start(repo)
+    question = _waiting_on(run_id, "question")
+    assert run_row(run_id)["status"] == "waiting_answer"
+    assert question["prompt"] == "How large should the change be?"
+    assert [o["id"] for o in question["options"]] == ["small", "large"]
+
+    answered = shep("answer", str(question["item_id"])[:8], "--option", "small")
+    assert answered.returncode == 0, answered.stderr
+    gate = _waiting_on(run_id, "approval")
+    assert run_row(run_id)["status"] == "waiting_approval"
+    assert gate["artifacts"][0]["path"] == "shep-review.md"
+
+    approved = shep("approve", run_id[:8], "--comment", "looks right")
+    assert approved.returncode == 0, approved.stderr
+    wait_for(lambda: run_row(run_id)["status"] == "completed", what="completion")
+    assert [c["node"] for c in agent_calls(agent_log) if c["phase"] == "done"] == [
+        "draft",
+        "finish",
+    ]
+    assert "Scope: Small: one module" in (repo / "shep-review.md").read_text()
+    assert _inbox() == []
