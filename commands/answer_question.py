@@ -5,15 +5,9 @@ from __future__ import annotations
 from uuid import UUID
 
 from commands.inbox_state import ItemState, append_decision, load_item
-from events.errors import ShepError
+from events.errors import InvalidAnswerError
 from events.inbox import QuestionAnswered, QuestionAsked
 from events.store import EventStore
-
-
-class InvalidAnswerError(ShepError):
-    """The answer names no option of the question, or is empty."""
-
-    exit_code = 2
 
 
 def answer_question(

@@ -12,7 +12,12 @@ from typing import Any
 from uuid import UUID
 
 from events.base import Event
-from events.errors import ShepError
+from events.errors import (
+    AlreadyDecidedError,
+    ItemNotFoundError,
+    RunNotWaitingError,
+    WrongItemKindError,
+)
 from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
@@ -24,29 +29,6 @@ from events.store import EventStore
 
 Decision = QuestionAnswered | ApprovalGranted | ApprovalRejected
 Asked = QuestionAsked | ApprovalRequested
-
-
-class ItemNotFoundError(ShepError):
-    """No inbox item has that id (or prefix)."""
-
-    exit_code = 2
-
-    def __init__(self, ref: str) -> None:
-        super().__init__(f"No inbox item {ref!r}. List them with `shep inbox`.")
-
-
-class AlreadyDecidedError(ShepError):
-    """The item has its decision already; only one ever takes effect."""
-
-    exit_code = 3
-
-    def __init__(self, item_id: UUID, decision: Decision) -> None:
-        what = describe(decision)
-        when = decision.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC")
-        super().__init__(
-            f"Item {item_id.hex[:8]} was already {what} by {decision.actor} at {when}."
-        )
-        self.decision = decision
 
 
 @dataclass
@@ -61,6 +43,14 @@ class ItemState:
     @property
     def kind(self) -> str:
         return "question" if isinstance(self.asked, QuestionAsked) else "approval"
+
+
+def _already(item_id: UUID, decision: Decision) -> AlreadyDecidedError:
+    when = decision.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return AlreadyDecidedError(
+        f"Item {item_id.hex[:8]} was already {describe(decision)} by {decision.actor} at {when}.",
+        actor=decision.actor,
+    )
 
 
 def describe(decision: Decision) -> str:
@@ -93,18 +83,6 @@ def resume_value(decision: Decision) -> dict[str, object]:
     }
 
 
-class WrongItemKindError(ShepError):
-    """``shep answer`` on an approval gate, or ``shep approve`` on a question."""
-
-    exit_code = 2
-
-
-class RunNotWaitingError(ShepError):
-    """The item's run has ended: its items can no longer be decided."""
-
-    exit_code = 2
-
-
 def append_decision(
     store: EventStore, item_id: UUID, decision: type[Decision], kind: str, **fields: Any
 ) -> tuple[ItemState, Decision]:
@@ -126,7 +104,7 @@ def append_decision(
         verb = "`shep approve` or `shep reject`" if state.kind == "approval" else "`shep answer`"
         raise WrongItemKindError(f"Item {item_id.hex[:8]} is {_article(state.kind)}; use {verb}.")
     if state.decision is not None:
-        raise AlreadyDecidedError(item_id, state.decision)
+        raise _already(item_id, state.decision)
     run = load_run(store, state.asked.run_id)
     if run.status in FINAL_STATUSES:
         raise RunNotWaitingError(
@@ -139,7 +117,7 @@ def append_decision(
     except ConcurrencyError:
         again = load_item(store, item_id)
         if again is not None and again.decision is not None:
-            raise AlreadyDecidedError(item_id, again.decision) from None
+            raise _already(item_id, again.decision) from None
         raise
     state.decision, state.version = event, 2
     return state, event

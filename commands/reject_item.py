@@ -5,13 +5,9 @@ from __future__ import annotations
 from uuid import UUID
 
 from commands.inbox_state import ItemState, append_decision
-from events.errors import ShepError
+from events.errors import ReasonRequiredError
 from events.inbox import ApprovalRejected
 from events.store import EventStore
-
-
-class ReasonRequiredError(ShepError):
-    exit_code = 2
 
 
 def reject_item(

@@ -10,9 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
 
-from commands.errors import InvalidTransitionError, RunNotFoundError, WorkerFencedError
 from events.base import Event, utc_now
-from events.errors import ConcurrencyError
+from events.errors import (
+    ConcurrencyError,
+    InvalidTransitionError,
+    RunNotFoundError,
+    WorkerFencedError,
+)
 from events.runs import (
     WAITING_STATUSES,
     NodeCompleted,

@@ -29,3 +29,216 @@ class ConcurrencyError(ShepError):
     """Another writer appended to the same stream first; reload and decide again."""
 
     exit_code = 3
+
+
+class RunNotFoundError(ShepError):
+    """No run has that id (or unique id prefix)."""
+
+    exit_code = 2
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"No run {run_id!r}. List runs with `shep status --all`.")
+        self.run_id = run_id
+
+
+class InvalidTransitionError(ShepError):
+    """The run's current status does not allow the requested change."""
+
+    exit_code = 2
+
+    def __init__(self, run_id: str, status: str, action: str) -> None:
+        super().__init__(f"Run {run_id} is {status}; cannot {action}.")
+        self.run_id = run_id
+        self.status = status
+        self.action = action
+
+
+class WorkerFencedError(ShepError):
+    """A worker appended to a run that now belongs to another owner (a newer start or resume).
+
+    The run was interrupted and resumed (or cancelled) while this worker was
+    stopped or cut off; whatever it appends now would duplicate the new
+    owner's work, so it is refused and the worker stops.
+    """
+
+    exit_code = 75
+
+    def __init__(self, run_id: str, epoch: int, current: int) -> None:
+        super().__init__(
+            f"Run {run_id[:8]} now belongs to worker #{current}; this worker (#{epoch}) "
+            "was fenced off and stops. See `shep status`."
+        )
+        self.run_id = run_id
+        self.epoch = epoch
+        self.current = current
+
+
+class SecretsError(ShepError):
+    """The secrets file cannot be read or written."""
+
+
+class WorkerNotAssignedError(ShepError):
+    """The launcher never recorded this worker as the run's worker."""
+
+
+class StepFailedError(ShepError):
+    """A deterministic step found something wrong (a file that does not validate, ...):
+    the run fails with this message.
+    """
+
+
+class UnknownWorkflowError(ShepError):
+    exit_code = 2
+
+
+class RunInputError(ShepError):
+    exit_code = 2
+
+
+class InterruptedRunExistsError(ShepError):
+    exit_code = 2
+
+
+class WorkerStillRunningError(ShepError):
+    exit_code = 2
+
+
+class NoRunsError(ShepError):
+    """The store holds no runs yet."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "No runs yet. Start one with `shep run analyze-repository`, or try `shep demo`."
+        )
+
+
+class ChainBrokenError(ShepError):
+    """The hash chain does not verify: history was edited, cut short or damaged."""
+
+    exit_code = 4
+
+
+class AnchorFormatError(ShepError):
+    """``--anchor`` is not ``POSITION:HASH``."""
+
+    exit_code = 2
+
+
+class ReasonRequiredError(ShepError):
+    exit_code = 2
+
+
+class InvalidAnswerError(ShepError):
+    """The answer names no option of the question, or is empty."""
+
+    exit_code = 2
+
+
+class ItemNotFoundError(ShepError):
+    """No inbox item has that id (or prefix)."""
+
+    exit_code = 2
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"No inbox item {ref!r}. List them with `shep inbox`.")
+
+
+class WrongItemKindError(ShepError):
+    """``shep answer`` on an approval gate, or ``shep approve`` on a question."""
+
+    exit_code = 2
+
+
+class RunNotWaitingError(ShepError):
+    """The item's run has ended: its items can no longer be decided."""
+
+    exit_code = 2
+
+
+class HomePathError(StoreUnavailableError):
+    """SHEP_HOME names a path shep cannot record (not valid UTF-8): a usage error."""
+
+    exit_code = 2
+
+
+class AmbiguousRunIdError(ShepError):
+    """A run id prefix matches more than one run."""
+
+    exit_code = 2
+
+
+class ItemRefError(ShepError):
+    """An item reference names no pending item, or several."""
+
+    exit_code = 2
+
+
+class SettingsError(ShepError):
+    """The settings are missing or invalid."""
+
+    exit_code = 2
+
+
+class AgentNotConfiguredError(SettingsError):
+    """No agent type has been configured."""
+
+    def __init__(self) -> None:
+        super().__init__("No agent configured. Run `shep settings agent`.")
+
+
+class AgentError(ShepError):
+    """An agent CLI call failed. ``retryable`` says whether trying again may help."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, agent: str = "") -> None:
+        super().__init__(message)
+        self.agent = agent
+
+
+class AgentNotFoundError(AgentError):
+    """The agent's binary is not installed or not on PATH."""
+
+
+class AgentAuthError(AgentError):
+    """The agent was refused by its API (401/403): fix the token or log in again."""
+
+
+class AgentRateLimitError(AgentError):
+    """The agent's API is rate limiting (429) or overloaded (529): retry later."""
+
+    retryable = True
+
+
+class AgentExitError(AgentError):
+    """The agent exited non-zero for a reason not covered by a narrower error."""
+
+    def __init__(self, code: int, stderr_tail: str, *, agent: str = "") -> None:
+        detail = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else "no message"
+        super().__init__(f"{agent or 'agent'} exited with code {code}: {detail}", agent=agent)
+        self.code = code
+        self.stderr_tail = stderr_tail
+
+
+class AgentOutputError(AgentError):
+    """The agent's output was empty, truncated, not JSON, or too large."""
+
+
+class AgentSessionNotFoundError(AgentError):
+    """The agent does not know the session shep asked it to resume."""
+
+
+class AgentTimeoutError(AgentError):
+    """The agent call ran past its timeout and was killed with its process group."""
+
+    retryable = True
+
+
+class AlreadyDecidedError(ShepError):
+    """The inbox item has its decision already; only one ever takes effect."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, actor: str) -> None:
+        super().__init__(message)
+        self.actor = actor

@@ -98,16 +98,27 @@ class ApprovalRejected(Event, frozen=True, kw_only=True):
     policy: str | None = None
 
 
+def notification_stream_id(item_id: UUID) -> UUID:
+    """The stream of an inbox item's notifications (kept apart from the item's decision)."""
+    return uuid5(item_id, "notify")
+
+
 class NotificationSent(Event, frozen=True, kw_only=True):
-    """The ``notify_command`` was given a new inbox item (its own stream per item)."""
+    """The ``notify_command`` was given a new inbox item and exited 0.
+
+    On the item's notification stream (``notification_stream_id``); ``run_id``
+    is the item's run (None in events written before it was recorded).
+    """
 
     item_id: UUID
     command: str
+    run_id: UUID | None = None
 
 
 class NotificationFailed(Event, frozen=True, kw_only=True):
-    """The ``notify_command`` failed or hung; the run went on regardless."""
+    """The ``notify_command`` could not start, failed or hung; the run went on regardless."""
 
     item_id: UUID
     command: str
     error: str
+    run_id: UUID | None = None

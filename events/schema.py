@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import StoreCorruptedError, StoreError, StoreUnavailableError
+from events.errors import HomePathError, StoreCorruptedError, StoreError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -167,12 +167,6 @@ def ensure_home(home: str | Path) -> str:
             "Point SHEP_HOME at a writable directory."
         ) from e
     return os.path.join(home, "shep.db")
-
-
-class HomePathError(StoreUnavailableError):
-    """SHEP_HOME names a path shep cannot record (not valid UTF-8): a usage error."""
-
-    exit_code = 2
 
 
 def home_from_env() -> str:

@@ -1,26 +1,39 @@
-"""What a ``SettingChanged`` may record: the plain settings, their defaults, bounds and rules.
+"""What a ``SettingChanged`` may record: the plain settings, their kinds, bounds and rules.
 
 Said once, here, for every reader and writer of the settings stream: the
 command that records a change checks it against these rules, and the readers
-(the settings fold, and the orphan check every shep command runs, which must
-stay cheap) skip a recorded value that breaks them. Older versions of shep
+(the settings fold, and the checks every shep command runs, which must stay
+cheap) skip a recorded value that breaks them. Older versions of shep
 recorded any float (``nan``, ``inf``); skipping such a record, instead of
 failing on it, keeps every command working, including the one that repairs
 the setting. Pure Python: importing this costs nothing.
+
+A setting is of one of three kinds, each with its own type of value:
+
+- seconds (``SecondsSetting``, a ``float`` within inclusive bounds),
+- an on/off flag (``FlagSetting``, a ``bool``; ``on``/``off``, ``true``/``false``,
+  ``yes``/``no``, ``1``/``0`` are accepted, ``on``/``off`` recorded),
+- text (``TextSetting``, a ``str``: one line, with an optional check of its own).
+
+Recorded values are normalized (``"5"`` is recorded as ``"5.0"``, ``"yes"`` as
+``"on"``), so the log reads the same whatever the user typed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from events.errors import ShepError
 
+#: The value of a setting: seconds, an on/off flag, or text.
+SettingValue = float | bool | str
+
 
 class InvalidSettingError(ShepError):
-    """A setting's value is not a number of seconds, is out of bounds, or breaks a rule."""
+    """A setting is unknown, or its value is of the wrong kind, out of bounds, or breaks a rule."""
 
     exit_code = 2
 
@@ -33,13 +46,116 @@ class SecondsSetting:
     low: float
     high: float
     help: str
+    #: What `shep settings set KEY` takes, in help and messages.
+    placeholder: ClassVar[str] = "SECONDS"
+
+    def parse(self, key: str, text: str) -> float:
+        """``text`` as a number of seconds within the bounds, or ``InvalidSettingError``."""
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise InvalidSettingError(f"{text!r} is not a number of seconds.") from None
+        # Written so that nan, which compares false with everything, is refused too.
+        if not self.low <= seconds <= self.high:
+            raise InvalidSettingError(
+                f"{key} must be between {self.low:g} and {self.high:g} seconds, not {text!r}."
+            )
+        return seconds
+
+    def describe(self) -> str:
+        return f"{self.low:g} to {self.high:g}, default {self.default:g}"
+
+
+#: The words an on/off flag accepts (compared lowercased, without surrounding blanks).
+FLAG_WORDS: Mapping[str, bool] = MappingProxyType(
+    {
+        "on": True,
+        "true": True,
+        "yes": True,
+        "1": True,
+        "off": False,
+        "false": False,
+        "no": False,
+        "0": False,
+    }
+)
+
+
+@dataclass(frozen=True)
+class FlagSetting:
+    """An on/off setting: its default and what it does."""
+
+    default: bool
+    help: str
+    placeholder: ClassVar[str] = "on|off"
+
+    def parse(self, key: str, text: str) -> bool:
+        """``text`` as on (True) or off (False), or ``InvalidSettingError``."""
+        value = FLAG_WORDS.get(text.strip().lower())
+        if value is None:
+            raise InvalidSettingError(
+                f"{key} is on or off (or true/false, yes/no, 1/0), not {text!r}."
+            )
+        return value
+
+    def describe(self) -> str:
+        return f"on or off, default {show_value(self.default)}"
+
+
+@dataclass(frozen=True)
+class TextSetting:
+    """A one-line text setting: its default, what it does, and a check of its own.
+
+    ``check`` returns why a text is refused (a phrase that follows the key's
+    name), or None to accept it.
+    """
+
+    default: str
+    help: str
+    check: Callable[[str], str | None] | None = None
+    max_length: int = 4096
+    placeholder: str = "TEXT"
+
+    def parse(self, key: str, text: str) -> str:
+        """``text`` without surrounding blanks, if it is one line that passes ``check``."""
+        value = text.strip()
+        if len(value) > self.max_length:
+            raise InvalidSettingError(
+                f"{key} must be at most {self.max_length} characters, not {len(value)}."
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise InvalidSettingError(
+                f"{key} must be one line without control characters, not {text!r}."
+            )
+        reason = self.check(value) if self.check else None
+        if reason is not None:
+            raise InvalidSettingError(f"{key} {reason}")
+        return value
+
+    def describe(self) -> str:
+        return f"text, default {show_value(self.default)}"
+
+
+Setting = SecondsSetting | FlagSetting | TextSetting
+
+
+def command_line_problem(text: str) -> str | None:
+    """Why ``text`` is not a command line ``shlex.split`` can cut into argv, or None."""
+    import shlex  # only when a command is set: every shep command imports this module
+
+    try:
+        shlex.split(text)
+    except ValueError as e:
+        return f"is not a valid command line ({e}): quote it as a shell would, not {text!r}."
+    return None
 
 
 WEEK = 7 * 24 * 3600.0
 
-#: The plain settings, all numbers of seconds. Sub-second heartbeats are for tests;
-#: the upper bounds catch typos (and ``1e30``) that would overflow a timestamp.
-SECONDS_SETTINGS: Mapping[str, SecondsSetting] = MappingProxyType(
+#: Every plain setting, in the order `shep settings show` lists them. Sub-second
+#: heartbeats are for tests; the upper bounds catch typos (and ``1e30``) that would
+#: overflow a timestamp.
+SETTINGS: Mapping[str, Setting] = MappingProxyType(
     {
         "heartbeat_interval": SecondsSetting(
             30.0, 0.1, 3600.0, "seconds between worker heartbeats"
@@ -50,7 +166,23 @@ SECONDS_SETTINGS: Mapping[str, SecondsSetting] = MappingProxyType(
         "orphan_after": SecondsSetting(
             120.0, 10.0, WEEK, "heartbeat age after which a run is interrupted"
         ),
+        "inbox_notice": FlagSetting(True, "print `N waiting in the inbox` on every command"),
+        # Cut into argv with shlex, run without a shell (see shep.notify).
+        "notify_command": TextSetting(
+            "",
+            "given each new inbox item as JSON on stdin",
+            check=command_line_problem,
+            placeholder="'COMMAND ARG...'",
+        ),
+        "notify_timeout": SecondsSetting(
+            10.0, 1.0, 300.0, "seconds notify_command may run before it is killed"
+        ),
     }
+)
+
+#: The settings that are numbers of seconds.
+SECONDS_SETTINGS: Mapping[str, SecondsSetting] = MappingProxyType(
+    {name: spec for name, spec in SETTINGS.items() if isinstance(spec, SecondsSetting)}
 )
 
 #: orphan_after must cover this many heartbeat intervals, so that a live worker
@@ -59,30 +191,62 @@ HEARTBEATS_PER_ORPHAN_AFTER = 3
 
 
 def default_values() -> dict[str, float]:
-    """Every plain setting at its default."""
+    """Every seconds setting at its default."""
     return {name: spec.default for name, spec in SECONDS_SETTINGS.items()}
 
 
-def checked_value(values: Mapping[str, float], key: str, text: str) -> float:
-    """``text`` as the new value of ``key``, given the current ``values`` of all settings.
+def default_flags() -> dict[str, bool]:
+    """Every on/off setting at its default."""
+    return {n: s.default for n, s in SETTINGS.items() if isinstance(s, FlagSetting)}
+
+
+def default_texts() -> dict[str, str]:
+    """Every text setting at its default."""
+    return {n: s.default for n, s in SETTINGS.items() if isinstance(s, TextSetting)}
+
+
+def record_value(value: SettingValue) -> str:
+    """How a value is recorded in ``SettingChanged.value``: ``5.0``, ``on``/``off``, the text."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def show_value(value: SettingValue) -> str:
+    """A value as people read it: ``5``, ``on``/``off``, the text (``""`` when empty)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value or '""'
+
+
+def parse_value(values: Mapping[str, float], key: str, text: str) -> SettingValue:
+    """``text`` as the new value of ``key``, given the current seconds ``values``.
 
     Raises ``InvalidSettingError`` (saying what to do instead) if ``key`` is
-    unknown, ``text`` is not a number, the number is not finite or out of the
-    setting's bounds, or heartbeat_interval would exceed orphan_after / 3.
+    unknown, ``text`` is not a value of the setting's kind or is out of its
+    bounds, or heartbeat_interval would exceed orphan_after / 3.
     """
-    spec = SECONDS_SETTINGS.get(key)
+    spec = SETTINGS.get(key)
     if spec is None:
-        known = ", ".join(sorted(SECONDS_SETTINGS))
+        known = ", ".join(sorted(SETTINGS))
         raise InvalidSettingError(f"Unknown setting {key!r}. Known: {known}.")
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise InvalidSettingError(f"{text!r} is not a number of seconds.") from None
-    # Written so that nan, which compares false with everything, is refused too.
-    if not spec.low <= seconds <= spec.high:
-        raise InvalidSettingError(
-            f"{key} must be between {spec.low:g} and {spec.high:g} seconds, not {text!r}."
-        )
+    value = spec.parse(key, text)
+    if isinstance(value, float):
+        _check_heartbeat_rule(values, key, value)
+    return value
+
+
+def checked_value(values: Mapping[str, float], key: str, text: str) -> str:
+    """``text`` as ``key``'s new value is recorded: parsed, checked, normalized.
+
+    The checks and errors of ``parse_value``.
+    """
+    return record_value(parse_value(values, key, text))
+
+
+def _check_heartbeat_rule(values: Mapping[str, float], key: str, seconds: float) -> None:
     times = HEARTBEATS_PER_ORPHAN_AFTER
     if key == "heartbeat_interval" and seconds * times > values["orphan_after"]:
         orphan_after = values["orphan_after"]
@@ -98,7 +262,6 @@ def checked_value(values: Mapping[str, float], key: str, text: str) -> float:
             f"({interval:g}): a live run could be taken for an orphan. Set orphan_after to "
             f"at least {interval * times:g}, or lower heartbeat_interval first."
         )
-    return seconds
 
 
 class SkippedChange(NamedTuple):
@@ -111,26 +274,49 @@ class SkippedChange(NamedTuple):
 
 @dataclass
 class SettingValues:
-    """The plain settings after a history of changes."""
+    """The plain settings after a history of changes, one typed dict per kind."""
 
+    #: The seconds settings (the name predates the other kinds; readers use it).
     values: dict[str, float] = field(default_factory=default_values)
+    flags: dict[str, bool] = field(default_factory=default_flags)
+    texts: dict[str, str] = field(default_factory=default_texts)
     #: Per setting, the newest recorded change that was skipped, unless a valid
     #: change of the same setting came after it.
     skipped: dict[str, SkippedChange] = field(default_factory=dict)
 
+    def get(self, key: str) -> SettingValue:
+        """The value of any setting (``KeyError`` for an unknown one)."""
+        for kind in (self.values, self.flags, self.texts):
+            if key in kind:
+                return kind[key]
+        raise KeyError(key)
+
+    def put(self, key: str, value: SettingValue) -> None:
+        """Set a setting's value into the dict of its kind."""
+        if isinstance(value, bool):
+            self.flags[key] = value
+        elif isinstance(value, float):
+            self.values[key] = value
+        else:
+            self.texts[key] = value
+
+    def every(self) -> dict[str, SettingValue]:
+        """Every setting's value, in the order of ``SETTINGS``."""
+        return {key: self.get(key) for key in SETTINGS}
+
 
 def fold_values(changes: Iterable[tuple[str, str]]) -> SettingValues:
-    """Apply recorded ``(key, value)`` changes, oldest first, as ``checked_value`` allows.
+    """Apply recorded ``(key, value)`` changes, oldest first, as ``parse_value`` allows.
 
     A change it refuses is skipped (the setting keeps its value so far); an
     unknown key (a newer shep's setting) is ignored. Never raises.
     """
     folded = SettingValues()
     for key, text in changes:
-        if key not in SECONDS_SETTINGS:
+        if key not in SETTINGS:
             continue
         try:
-            folded.values[key] = checked_value(folded.values, key, text)
+            folded.put(key, parse_value(folded.values, key, text))
         except InvalidSettingError as e:
             folded.skipped[key] = SkippedChange(key, text, str(e))
         else:

@@ -1,8 +1,9 @@
 """The checkpoints projection: LangGraph checkpoints and pending writes, indexed for the saver.
 
-``shep.checkpointer.EventStoreCheckpointSaver`` reads these tables; the events
-in the thread streams are the truth. Rows are keyed by the thread's stream
-(hex), so a thread id that parses as a UUID and the same UUID spelled
+``shep.checkpointer.EventStoreCheckpointSaver`` reads these tables through the
+queries at the end of this module (``get_``/``list_``, ``is_``/``has_``); the
+events in the thread streams are the truth. Rows are keyed by the thread's
+stream (hex), so a thread id that parses as a UUID and the same UUID spelled
 differently are one thread.
 
 Deleting is an event too (``ThreadDeleted``, ``ThreadPruned``,
@@ -13,6 +14,12 @@ deletions must see the rows saved before them in the same batch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import apsw
 
 from events.base import Event
 from events.checkpoints import (
@@ -144,3 +151,216 @@ CHECKPOINTS = Projection(
         RunCheckpointsDeleted: _runs_deleted,
     },
 )
+
+
+# -- queries: what the saver reads ------------------------------------------------------
+
+
+class CheckpointRow(NamedTuple):
+    """A checkpoint as LangGraph saved it (serialized)."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    checkpoint_type: str
+    checkpoint: bytes
+    metadata_type: str
+    metadata: bytes
+
+
+class WriteRow(NamedTuple):
+    """A pending write of a checkpoint (serialized value)."""
+
+    task_id: str
+    channel: str
+    value_type: str
+    value: bytes
+
+
+class MetadataRow(NamedTuple):
+    """A checkpoint's key and metadata, without the checkpoint itself."""
+
+    stream: str
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    metadata_type: str
+    metadata: bytes
+
+
+class RunThreadRow(NamedTuple):
+    """A thread holding checkpoints a LangGraph run made."""
+
+    stream: str
+    thread_id: str
+    run_id: str
+
+
+class StreamCheckpointRow(NamedTuple):
+    """A stream's checkpoint with everything its ``CheckpointSaved`` carried."""
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    checkpoint_type: str
+    checkpoint: bytes
+    metadata_type: str
+    metadata: bytes
+    run_id: str | None
+    source: str | None
+    step: int | None
+
+
+class StreamWriteRow(NamedTuple):
+    """A stream's pending write with everything its ``WritesSaved`` carried."""
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    idx: int
+    channel: str
+    value_type: str
+    value: bytes
+
+
+_CHECKPOINT = (
+    "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, "
+    "checkpoint, metadata_type, metadata FROM checkpoints "
+    "WHERE stream=? AND checkpoint_ns=? AND checkpoint_id=?"
+)
+_WRITES = (
+    "SELECT task_id, channel, value_type, value FROM checkpoint_writes "
+    "WHERE stream=? AND checkpoint_ns=? AND checkpoint_id=? ORDER BY task_path, task_id, idx"
+)
+_NEWEST = (
+    "SELECT checkpoint_id FROM checkpoints WHERE stream=? AND checkpoint_ns=? "
+    "ORDER BY checkpoint_id DESC LIMIT 1"
+)
+_STREAM_IS_CURRENT = (
+    "SELECT coalesce((SELECT notification_id FROM stored_events WHERE originator_id=? "
+    "ORDER BY originator_version DESC LIMIT 1), 0) <= coalesce((SELECT notification_id "
+    "FROM tracking WHERE application_name=?), 0)"
+)
+_HAS_ROWS = (
+    "SELECT 1 FROM checkpoints WHERE stream=? "
+    "UNION ALL SELECT 1 FROM checkpoint_writes WHERE stream=? LIMIT 1"
+)
+_STREAM_CHECKPOINTS = (
+    "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, "
+    "checkpoint, metadata_type, metadata, run_id, source, step FROM checkpoints "
+    "WHERE stream=? ORDER BY checkpoint_ns, checkpoint_id"
+)
+_STREAM_WRITES = (
+    "SELECT checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, value_type, "
+    "value FROM checkpoint_writes WHERE stream=? "
+    "ORDER BY checkpoint_ns, checkpoint_id, task_path, task_id, idx"
+)
+
+
+@contextmanager
+def read_snapshot(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """``BEGIN`` ... ``COMMIT``: the queries inside read one snapshot of the tables.
+
+    Deferred, so it takes no write lock, and committed whatever happens inside
+    (it only read).
+    """
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def is_stream_current(conn: apsw.Connection, stream: str) -> bool:
+    """Whether this projection has applied the newest event of ``stream`` (hex), if any."""
+    row = conn.execute(_STREAM_IS_CURRENT, (stream, CHECKPOINTS.name)).fetchone()
+    return bool(row is not None and row[0])
+
+
+def has_stream_rows(conn: apsw.Connection, stream: str) -> bool:
+    """Whether ``stream`` (hex) has any checkpoint or pending write."""
+    return conn.execute(_HAS_ROWS, (stream, stream)).fetchone() is not None
+
+
+def get_checkpoint_row(
+    conn: apsw.Connection, stream: str, checkpoint_ns: str, checkpoint_id: str
+) -> CheckpointRow | None:
+    """The checkpoint of ``stream`` (hex) with this namespace and id, if there is one."""
+    row = conn.execute(_CHECKPOINT, (stream, checkpoint_ns, checkpoint_id)).fetchone()
+    return None if row is None else CheckpointRow._make(row)
+
+
+def get_newest_checkpoint_id(conn: apsw.Connection, stream: str, checkpoint_ns: str) -> str | None:
+    """The id of the newest checkpoint of ``stream`` (hex) in the namespace, if any."""
+    row = conn.execute(_NEWEST, (stream, checkpoint_ns)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def list_writes(
+    conn: apsw.Connection, stream: str, checkpoint_ns: str, checkpoint_id: str
+) -> list[WriteRow]:
+    """The checkpoint's pending writes, in task path, task id and index order."""
+    return list(map(WriteRow._make, conn.execute(_WRITES, (stream, checkpoint_ns, checkpoint_id))))
+
+
+def list_checkpoint_metadata(
+    conn: apsw.Connection,
+    *,
+    stream: str | None = None,
+    checkpoint_ns: str | None = None,
+    checkpoint_id: str | None = None,
+    before_id: str | None = None,
+    limit: int | None = None,
+) -> list[MetadataRow]:
+    """Checkpoints' keys and metadata (not the checkpoints), newest id first.
+
+    Each given argument narrows the rows: to one stream (hex), namespace or
+    checkpoint id, to ids below ``before_id``, to the first ``limit``.
+    """
+    clauses: list[str] = []
+    params: list[object] = []
+    if stream is not None:
+        clauses.append("stream=?")
+        params.append(stream)
+    if checkpoint_ns is not None:
+        clauses.append("checkpoint_ns=?")
+        params.append(checkpoint_ns)
+    if checkpoint_id is not None:
+        clauses.append("checkpoint_id=?")
+        params.append(checkpoint_id)
+    if before_id is not None:
+        clauses.append("checkpoint_id<?")
+        params.append(before_id)
+    sql = "SELECT stream, thread_id, checkpoint_ns, checkpoint_id, metadata_type, metadata "
+    sql += "FROM checkpoints"
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    sql += " ORDER BY checkpoint_id DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return list(map(MetadataRow._make, conn.execute(sql, tuple(params))))
+
+
+def list_run_threads(conn: apsw.Connection, run_ids: Sequence[str]) -> list[RunThreadRow]:
+    """The threads holding checkpoints these LangGraph runs made, one row per (stream, run)."""
+    if not run_ids:
+        return []
+    marks = ",".join("?" * len(run_ids))
+    sql = (
+        "SELECT DISTINCT stream, thread_id, run_id FROM checkpoints "
+        f"WHERE run_id IN ({marks}) ORDER BY stream, run_id"
+    )
+    return list(map(RunThreadRow._make, conn.execute(sql, tuple(run_ids))))
+
+
+def list_stream_checkpoints(conn: apsw.Connection, stream: str) -> list[StreamCheckpointRow]:
+    """Every checkpoint of ``stream`` (hex), by namespace and id."""
+    return list(map(StreamCheckpointRow._make, conn.execute(_STREAM_CHECKPOINTS, (stream,))))
+
+
+def list_stream_writes(conn: apsw.Connection, stream: str) -> list[StreamWriteRow]:
+    """Every pending write of ``stream`` (hex), by namespace, checkpoint, task path, task, index."""
+    return list(map(StreamWriteRow._make, conn.execute(_STREAM_WRITES, (stream,))))

@@ -11,36 +11,17 @@ from typing import TYPE_CHECKING
 import apsw
 
 from events.schema import connect, store_error
+from projections.tables import (
+    PROJECTION_INDEXES,
+    PROJECTION_NAMES,
+    PROJECTION_SCHEMA,
+    PROJECTION_TABLES,
+    SCHEMA_TABLE,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-#: Names of the projections (their tracking keys) and the tables they own.
-PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions", "checkpoints")
-PROJECTION_TABLES = (
-    "runs",
-    "nodes",
-    "logs",
-    "inbox",
-    "decision_subjects",
-    "decisions",
-    "checkpoints",
-    "checkpoint_writes",
-)
-#: The projections' secondary indexes (``projections.runner`` checks this against their DDL).
-PROJECTION_INDEXES = (
-    "runs_status",
-    "runs_created",
-    "logs_run",
-    "inbox_status",
-    "inbox_run",
-    "decisions_run",
-    "checkpoints_run",
-)
-#: Bumped whenever a projection's tables change shape: a store whose projections are of
-#: another version has them dropped and rebuilt from the log on its next open.
-PROJECTION_SCHEMA = 2
-SCHEMA_TABLE = "projection_schema"
 # Tables and indexes share one namespace in SQLite: one IN list finds both.
 _REQUIRED = ("stored_events", "tracking", SCHEMA_TABLE, *PROJECTION_TABLES, *PROJECTION_INDEXES)
 
@@ -91,7 +72,9 @@ def ensure_schema(conn: apsw.Connection) -> None:
     replay, so a rebuild killed meanwhile leaves the tables without them.
     """
     if not has_schema(conn) or schema_version(conn) != PROJECTION_SCHEMA:
-        from projections.runner import create_tables
+        # Only now the projection modules are imported: a reader of a current
+        # store (the usual `shep status`) never pays for them.
+        from projections.schema import create_tables
 
         create_tables(conn)
 

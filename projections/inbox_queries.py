@@ -11,7 +11,7 @@ from typing import Any
 
 import apsw
 
-from events.errors import ShepError
+from events.errors import ItemRefError
 from events.runs import WAITING_STATUSES
 
 Row = dict[str, Any]
@@ -22,12 +22,6 @@ _ITEM_COLUMNS = (
     "i.context, i.options, i.free_text, i.phase, i.artifacts, i.deadline, i.status, "
     "i.answer, i.option_id, i.actor, i.rationale, i.asked_at, i.answered_at"
 )
-
-
-class ItemRefError(ShepError):
-    """An item reference names no pending item, or several."""
-
-    exit_code = 2
 
 
 def _rows(cursor: apsw.Cursor) -> list[Row]:

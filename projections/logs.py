@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from events.base import Event
+from events.inbox import NotificationFailed, NotificationSent
 from events.runs import (
     AgentOutputRecorded,
     AgentSessionRecorded,
@@ -86,6 +87,10 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
         return "run.completed", None, f"completed in {event.duration_ms / 1000:.1f}s"
     if isinstance(event, RunFailed):
         return "run.failed", event.node, f"failed: {event.error_type}: {event.message}"
+    if isinstance(event, NotificationSent):
+        return "notification.sent", None, f"notified: {event.command}"
+    if isinstance(event, NotificationFailed):
+        return "notification.failed", None, f"notification failed: {event.error}"
     return type(event).__name__, None, ""
 
 
@@ -117,6 +122,33 @@ _LOGGED: tuple[type[Event], ...] = (
     RunCompleted,
     RunFailed,
 )
-_HANDLERS: dict[type[Event], Handler] = dict.fromkeys(_LOGGED, _log)
+
+
+def _log_notification(b: Batch, event: Event) -> None:
+    """A notification is on its item's stream: it is logged under the run it names."""
+    assert isinstance(event, NotificationSent | NotificationFailed)
+    if event.run_id is None:
+        return
+    kind, node, message = describe(event)
+    b.defer(
+        "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)",
+        (
+            b.position,
+            event.run_id.hex,
+            b.at,
+            node,
+            kind,
+            message,
+            None,
+            int(isinstance(event, NotificationFailed)),
+        ),
+    )
+
+
+_HANDLERS: dict[type[Event], Handler] = {
+    **dict.fromkeys(_LOGGED, _log),
+    NotificationSent: _log_notification,
+    NotificationFailed: _log_notification,
+}
 
 LOGS = Projection(name="logs", ddl=DDL, tables=("logs",), handlers=_HANDLERS)

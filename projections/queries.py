@@ -6,18 +6,14 @@ from typing import Any
 
 import apsw
 
-from commands.errors import RunNotFoundError
-from events.errors import ShepError
+from events.errors import AmbiguousRunIdError, RunNotFoundError
+from events.runs import FINAL_STATUSES, WAITING_STATUSES, RunStatus
 
 Row = dict[str, Any]
 
-_ACTIVE = ("pending", "running", "waiting_approval", "interrupted")
-
-
-class AmbiguousRunIdError(ShepError):
-    """A run id prefix matches more than one run."""
-
-    exit_code = 2
+#: Runs that are not over: listed by `shep status` however old they are.
+_ACTIVE = tuple(sorted(s.value for s in RunStatus if s not in FINAL_STATUSES))
+_WAITING = frozenset(s.value for s in WAITING_STATUSES)
 
 
 def _rows(cursor: apsw.Cursor) -> list[Row]:
@@ -70,7 +66,27 @@ def list_runs(conn: apsw.Connection, *, include_all: bool = False, recent: int =
             (*_ACTIVE, recent),
         )
     )
-    return sorted(active + finished, key=lambda r: r["created_at"], reverse=True)
+    runs = sorted(active + finished, key=lambda r: r["created_at"], reverse=True)
+    _add_waiting(conn, runs)
+    return runs
+
+
+def _add_waiting(conn: apsw.Connection, runs: list[Row]) -> None:
+    """Give each waiting run the pending inbox items it waits for (``waiting``), in one read."""
+    waiting = {r["run_id"]: r for r in runs if r["status"] in _WAITING}
+    for run in runs:
+        run["waiting"] = []
+    if not waiting:
+        return
+    for item_id, run_id, kind, node, prompt in conn.execute(
+        "SELECT item_id, run_id, kind, node, prompt FROM inbox WHERE status='pending' "
+        "ORDER BY asked_at"
+    ):
+        found = waiting.get(run_id)
+        if found is not None:
+            found["waiting"].append(
+                {"item_id": item_id, "kind": kind, "node": node, "prompt": prompt}
+            )
 
 
 def get_run(conn: apsw.Connection, run_id: str) -> Row:
@@ -80,13 +96,14 @@ def get_run(conn: apsw.Connection, run_id: str) -> Row:
         raise RunNotFoundError(run_id)
     run = rows[0]
     run["nodes"] = list_nodes(conn, run_id)
+    _add_waiting(conn, [run])
     return run
 
 
 def list_nodes(conn: apsw.Connection, run_id: str) -> list[Row]:
     return _rows(
         conn.execute(
-            "SELECT node, status, attempt, started_at, finished_at, duration_ms, "
+            "SELECT node, status, kind, iteration, attempt, started_at, finished_at, duration_ms, "
             "agent_session_id, input_tokens, output_tokens, cost_usd, error "
             "FROM nodes WHERE run_id=? ORDER BY started_at IS NULL, started_at, node",
             (run_id,),
@@ -112,8 +129,8 @@ def list_logs(
 def find_interrupted_run(conn: apsw.Connection, workflow: str, repo: str) -> str | None:
     """The newest interrupted run of ``workflow`` in ``repo``, if any (its id)."""
     row = conn.execute(
-        "SELECT run_id FROM runs WHERE status='interrupted' AND workflow=? AND repo=? "
+        "SELECT run_id FROM runs WHERE status=? AND workflow=? AND repo=? "
         "ORDER BY created_at DESC LIMIT 1",
-        (workflow, repo),
+        (RunStatus.INTERRUPTED.value, workflow, repo),
     ).fetchone()
     return str(row[0]) if row else None

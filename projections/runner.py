@@ -18,63 +18,22 @@ from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError
 from events.schema import (
-    TRACKING_DDL,
-    events_table_ddl,
     immediate_transaction,
     store_error,
 )
-from projections.base import Batch, Handler, Projection
-from projections.checkpoints import CHECKPOINTS
+from projections.base import Batch, Handler
 from projections.database import (
-    PROJECTION_INDEXES,
-    PROJECTION_NAMES,
-    PROJECTION_SCHEMA,
-    PROJECTION_TABLES,
-    SCHEMA_TABLE,
-    schema_version,
     ensure_schema,
     lag,
     positions,
 )
-from projections.decisions import DECISIONS
-from projections.inbox import INBOX
-from projections.logs import LOGS
-from projections.runs import RUNS
-
-PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS)
-assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES
-assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
-_INDEX_DDL = tuple(s for p in PROJECTIONS for s in p.ddl if s.startswith("CREATE INDEX"))
-assert tuple(s.split()[5] for s in _INDEX_DDL) == PROJECTION_INDEXES
-assert all(s.startswith("CREATE INDEX IF NOT EXISTS ") for s in _INDEX_DDL)
+from projections.schema import INDEX_DDL, PROJECTIONS
 
 _TRACK = (
     "INSERT INTO tracking VALUES (?, ?) ON CONFLICT (application_name) DO UPDATE "
     "SET notification_id = excluded.notification_id "
     "WHERE tracking.notification_id < excluded.notification_id RETURNING notification_id"
 )
-
-
-def create_tables(conn: apsw.Connection) -> None:
-    """Create the event tables and every projection's tables and indexes (idempotent).
-
-    Projections made in another shape (``PROJECTION_SCHEMA``) are dropped with
-    their tracking positions: the next catch-up rebuilds them from the log.
-    """
-    with immediate_transaction(conn):
-        for statement in (*events_table_ddl("stored_events"), TRACKING_DDL):
-            conn.execute(statement)
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version INTEGER NOT NULL)")
-        if schema_version(conn) != PROJECTION_SCHEMA:
-            for projection in PROJECTIONS:
-                for table in projection.tables:
-                    conn.execute(f"DROP TABLE IF EXISTS {table}")
-                conn.execute("DELETE FROM tracking WHERE application_name=?", (projection.name,))
-            conn.execute(f"DELETE FROM {SCHEMA_TABLE}")
-            conn.execute(f"INSERT INTO {SCHEMA_TABLE} VALUES (?)", (PROJECTION_SCHEMA,))
-        for projection in PROJECTIONS:
-            for statement in projection.ddl:
-                conn.execute(statement)
 
 
 def catch_up(conn: apsw.Connection, *, batch_size: int = 5000) -> int:
@@ -185,7 +144,7 @@ def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:
     Killed before that, it leaves tables without indexes, which the next
     ``open_database`` or ``catch_up`` creates (``ensure_schema``).
     """
-    indexes = _INDEX_DDL
+    indexes = INDEX_DDL
     # A rebuild writes the projections anew: checkpointing the WAL every 80 MiB
     # instead of every 4 MiB saves most of the checkpoints' syncs meanwhile.
     (previous_autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)

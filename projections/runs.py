@@ -65,13 +65,14 @@ def _created(b: Batch, event: Event) -> None:
     b.cursor.execute(
         "INSERT INTO runs (run_id, workflow, agent_type, model, repo, status, total_nodes, "
         "created_at, updated_at, created_by, origin_run_id, version, last_position) "
-        "VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?)",
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             b.stream,
             event.workflow,
             event.agent_type,
             event.model,
             event.repo,
+            RunStatus.PENDING.value,
             len(event.node_names),
             b.at,
             b.at,
@@ -91,8 +92,8 @@ def _started(b: Batch, event: Event) -> None:
     assert isinstance(event, RunStarted | RunResumed)
     _update(
         b,
-        "status='running', started_at=coalesce(started_at, ?), log_path=coalesce(?, log_path), "
-        "error=NULL",
+        "status=?, started_at=coalesce(started_at, ?), log_path=coalesce(?, log_path), error=NULL",
+        RunStatus.RUNNING.value,
         b.at,
         event.log_path,
     )
@@ -152,7 +153,8 @@ def _node_completed(b: Batch, event: Event) -> None:
     _update(
         b,
         "current_node=NULL, completed_nodes=(SELECT count(*) FROM nodes WHERE run_id=? AND "
-        "completions > 0 AND phase = 1), input_tokens=input_tokens+?, output_tokens=output_tokens+?, "
+        "completions > 0 AND phase = 1), input_tokens=input_tokens+?, "
+        "output_tokens=output_tokens+?, "
         "cost_usd=cost_usd+?, agent_session_id=coalesce(?, agent_session_id)",
         b.stream,
         u.input_tokens,
@@ -202,10 +204,10 @@ def _output(b: Batch, event: Event) -> None:
     _touch(b, event)
 
 
-def _status(status: str, *, final: bool = False, error: bool = False) -> Handler:
+def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> Handler:
     def handle(b: Batch, event: Event) -> None:
-        assignments = f"status='{status}'"
-        params: list[object] = []
+        assignments = "status=?"
+        params: list[object] = [status.value]
         if final:
             assignments += ", finished_at=?, current_node=NULL"
             params.append(b.at)
@@ -250,9 +252,9 @@ RUNS = Projection(
         HeartbeatRecorded: _heartbeat,
         AgentOutputRecorded: _output,
         RunSuspended: _suspended,
-        RunInterrupted: _status("interrupted", error=True),
-        RunCancelled: _status("cancelled", final=True, error=True),
-        RunCompleted: _status("completed", final=True),
-        RunFailed: _status("failed", final=True, error=True),
+        RunInterrupted: _status(RunStatus.INTERRUPTED, error=True),
+        RunCancelled: _status(RunStatus.CANCELLED, final=True, error=True),
+        RunCompleted: _status(RunStatus.COMPLETED, final=True),
+        RunFailed: _status(RunStatus.FAILED, final=True, error=True),
     },
 )

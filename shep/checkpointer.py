@@ -5,8 +5,9 @@ events (``events.checkpoints``) to the stream of the thread: a thread id that
 parses as a UUID *is* that stream (runs use ``thread_id = run_id.hex``, so a
 run's checkpoints sit in the run's own history), any other thread id gets
 ``uuid5(SHEP_NAMESPACE, "thread:" + thread_id)``. It reads back through the
-``checkpoints`` projection (``projections.checkpoints``): before a read, if
-the projection has not applied the thread's newest event yet, it catches the
+``checkpoints`` projection, with the queries that module owns
+(``projections.checkpoints``; there is no SQL here): before a read, if the
+projection has not applied the thread's newest event yet, it catches the
 projections up, so it sees everything it wrote, and ``shep projections
 rebuild`` rebuilds what it reads. Checkpoints are stored whole (channel values
 inline, as ``SqliteSaver`` does), with small integer channel versions.
@@ -86,7 +87,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, cast
 from uuid import UUID, uuid5
 
 import apsw
@@ -120,7 +121,21 @@ from events.checkpoints import (
 from events.errors import ConcurrencyError
 from events.schema import store_error
 from events.store import EventStore
-from projections.checkpoints import CHECKPOINTS
+from projections.checkpoints import (
+    CheckpointRow,
+    MetadataRow,
+    WriteRow,
+    get_checkpoint_row,
+    get_newest_checkpoint_id,
+    has_stream_rows,
+    is_stream_current,
+    list_checkpoint_metadata,
+    list_run_threads,
+    list_stream_checkpoints,
+    list_stream_writes,
+    list_writes,
+    read_snapshot,
+)
 from projections.database import open_database
 from projections.runner import catch_up
 
@@ -130,9 +145,10 @@ OutboxBuilder = Callable[[int], Sequence[Event]]
 #: How many version conflicts one append survives before giving up.
 MAX_ATTEMPTS = 20
 
-_Row = tuple[Any, ...]
-_Rows = list[_Row]
 _Events = list[Event]
+_MetadataRows = list[MetadataRow]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 @lru_cache(maxsize=1024)
@@ -163,21 +179,6 @@ class _State:
     #: Per stream, a version at which the run was known to be running and ours.
     owned_at: dict[UUID, int] = field(default_factory=dict)
     conn: apsw.Connection | None = None
-
-
-_CHECKPOINT_COLUMNS = (
-    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, "
-    "checkpoint, metadata_type, metadata"
-)
-_STREAM_IS_CURRENT = (
-    "SELECT coalesce((SELECT notification_id FROM stored_events WHERE originator_id=? "
-    "ORDER BY originator_version DESC LIMIT 1), 0) <= coalesce((SELECT notification_id "
-    "FROM tracking WHERE application_name=?), 0)"
-)
-_WRITES = (
-    "SELECT task_id, channel, value_type, value FROM checkpoint_writes "
-    "WHERE stream=? AND checkpoint_ns=? AND checkpoint_id=? ORDER BY task_path, task_id, idx"
-)
 
 
 class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
@@ -413,12 +414,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         if not run_ids:
             return
         self._prepare_read()
-        marks = ",".join("?" * len(run_ids))
-        rows = self._fetch(
-            "SELECT DISTINCT stream, thread_id, run_id FROM checkpoints "  # noqa: S608 (only ?s)
-            f"WHERE run_id IN ({marks}) ORDER BY stream, run_id",
-            tuple(str(r) for r in run_ids),
-        )
+        rows = self._read(list_run_threads, [str(r) for r in run_ids])
         by_stream: dict[str, tuple[str, list[str]]] = {}
         for stream_hex, thread_id, run_id in rows:
             by_stream.setdefault(stream_hex, (thread_id, []))[1].append(run_id)
@@ -442,25 +438,15 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         source = thread_stream_id(str(source_thread_id))
         target = thread_stream_id(str(target_thread_id))
         self._prepare_read(source)
-        checkpoints = self._fetch(
-            "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, "
-            "checkpoint, metadata_type, metadata, run_id, source, step FROM checkpoints "
-            "WHERE stream=? ORDER BY checkpoint_ns, checkpoint_id",
-            (source.hex,),
-        )
-        writes = self._fetch(
-            "SELECT checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, value_type, "
-            "value FROM checkpoint_writes WHERE stream=? "
-            "ORDER BY checkpoint_ns, checkpoint_id, task_path, task_id, idx",
-            (source.hex,),
-        )
+        checkpoints = self._read(list_stream_checkpoints, source.hex)
+        writes = self._read(list_stream_writes, source.hex)
         if not checkpoints and not writes:
             return
         by_checkpoint: dict[tuple[str, str], dict[tuple[str, str], list[ChannelWrite]]] = {}
         for ns, cid, task_id, task_path, idx, channel, value_type, value in writes:
             tasks = by_checkpoint.setdefault((ns, cid), {})
             tasks.setdefault((task_id, task_path), []).append(
-                ChannelWrite(idx, channel, value_type, bytes(value))
+                ChannelWrite(idx, channel, value_type, value)
             )
         now = utc_now()
         events: _Events = []
@@ -475,9 +461,9 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
                     checkpoint_id=cid,
                     parent_checkpoint_id=parent,
                     checkpoint_type=ctype,
-                    checkpoint=bytes(cbytes),
+                    checkpoint=cbytes,
                     metadata_type=mtype,
-                    metadata=bytes(mbytes),
+                    metadata=mbytes,
                     run_id=run_id,
                     source=src,
                     step=step,
@@ -530,69 +516,64 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         with self._state.read_lock:
             conn = self._connection()
             try:
-                if stream is not None:
-                    params = (stream.hex, CHECKPOINTS.name)
-                    row = conn.execute(_STREAM_IS_CURRENT, params).fetchone()
-                    if row is not None and row[0]:
-                        return
+                if stream is not None and is_stream_current(conn, stream.hex):
+                    return
                 catch_up(conn)
             except apsw.Error as e:
                 raise store_error(e, self.db_path) from e
 
-    def _fetch(self, sql: str, params: tuple[Any, ...]) -> _Rows:
+    def _read(
+        self,
+        query: Callable[Concatenate[apsw.Connection, _P], _T],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
+        """``query`` run on the read connection, its driver errors translated."""
         with self._state.read_lock:
             try:
-                return self._connection().execute(sql, params).fetchall()
+                return query(self._connection(), *args, **kwargs)
             except apsw.Error as e:
                 raise store_error(e, self.db_path) from e
 
     def _has_rows(self, stream: UUID) -> bool:
         self._prepare_read(stream)
-        return bool(
-            self._fetch(
-                "SELECT 1 FROM checkpoints WHERE stream=? "
-                "UNION ALL SELECT 1 FROM checkpoint_writes WHERE stream=? LIMIT 1",
-                (stream.hex, stream.hex),
-            )
-        )
+        return self._read(has_stream_rows, stream.hex)
 
-    def _load(self, stream: str, row: _Row) -> tuple[_Row, _Rows] | None:
+    def _load(
+        self, stream: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> tuple[CheckpointRow, list[WriteRow]] | None:
         """The checkpoint row again (it may be gone since) and its writes, from one snapshot."""
         with self._state.read_lock:
             conn = self._connection()
             try:
-                conn.execute("BEGIN")
-                try:
-                    found: _Row | None = conn.execute(
-                        f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints "  # noqa: S608 (a constant)
-                        "WHERE stream=? AND checkpoint_ns=? AND checkpoint_id=?",
-                        (stream, row[1], row[2]),
-                    ).fetchone()
+                with read_snapshot(conn):
+                    found = get_checkpoint_row(conn, stream, checkpoint_ns, checkpoint_id)
                     if found is None:
                         return None
-                    writes: _Rows = conn.execute(_WRITES, (stream, row[1], row[2])).fetchall()
-                    return found, writes
-                finally:
-                    conn.execute("COMMIT")
+                    return found, list_writes(conn, stream, checkpoint_ns, checkpoint_id)
             except apsw.Error as e:
                 raise store_error(e, self.db_path) from e
 
     def _tuple(
-        self, config: RunnableConfig, row: _Row, writes: _Rows, metadata: Any = None
+        self,
+        config: RunnableConfig,
+        row: CheckpointRow,
+        writes: list[WriteRow],
+        metadata: Any = None,
     ) -> CheckpointTuple:
         thread_id = config["configurable"]["thread_id"]
         _, ns, _, parent, ctype, cbytes, mtype, mbytes = row
         loads = self.serde.loads_typed
         pending: list[PendingWrite] = [
-            (task_id, channel, loads((value_type, bytes(value))))
+            (task_id, channel, loads((value_type, value)))
             for task_id, channel, value_type, value in writes
         ]
         return CheckpointTuple(
             config=config,
-            checkpoint=cast(Checkpoint, loads((ctype, bytes(cbytes)))),
+            checkpoint=cast(Checkpoint, loads((ctype, cbytes))),
             metadata=cast(
                 CheckpointMetadata,
-                loads((mtype, bytes(mbytes))) if metadata is None else metadata,
+                loads((mtype, mbytes)) if metadata is None else metadata,
             ),
             parent_config=(
                 {
@@ -617,25 +598,18 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         stream = stream_id.hex
         checkpoint_id = get_checkpoint_id(config)
         self._prepare_read(stream_id)
-        if checkpoint_id:
-            key: _Row = (thread_id, checkpoint_ns, checkpoint_id)
-        else:
-            newest = self._fetch(
-                "SELECT checkpoint_id FROM checkpoints WHERE stream=? AND checkpoint_ns=? "
-                "ORDER BY checkpoint_id DESC LIMIT 1",
-                (stream, checkpoint_ns),
-            )
-            if not newest:
+        if not checkpoint_id:
+            checkpoint_id = self._read(get_newest_checkpoint_id, stream, checkpoint_ns)
+            if checkpoint_id is None:
                 return None
-            key = (thread_id, checkpoint_ns, newest[0][0])
             config = {
                 "configurable": {
                     "thread_id": thread_id,
                     "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": newest[0][0],
+                    "checkpoint_id": checkpoint_id,
                 }
             }
-        loaded = self._load(stream, key)
+        loaded = self._load(stream, checkpoint_ns, checkpoint_id)
         if loaded is None:
             return None
         return self._tuple(config, *loaded)
@@ -649,40 +623,34 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Matching checkpoints, newest first; ``filter`` matches metadata values exactly."""
-        clauses: list[str] = []
-        params: list[Any] = []
+        stream_hex: str | None = None
+        checkpoint_ns: str | None = None
+        checkpoint_id: str | None = None
+        before_id = get_checkpoint_id(before) if before is not None else None
         if config is None:
             self._prepare_read()
         else:
             conf = config["configurable"]
             stream = thread_stream_id(str(conf["thread_id"]))
             self._prepare_read(stream)
-            clauses.append("stream=?")
-            params.append(stream.hex)
-            if (ns := conf.get("checkpoint_ns")) is not None:
-                clauses.append("checkpoint_ns=?")
-                params.append(ns)
-            if checkpoint_id := get_checkpoint_id(config):
-                clauses.append("checkpoint_id=?")
-                params.append(checkpoint_id)
-        if before is not None and (before_id := get_checkpoint_id(before)):
-            clauses.append("checkpoint_id<?")
-            params.append(before_id)
-        sql = "SELECT stream, thread_id, checkpoint_ns, checkpoint_id, metadata_type, metadata "
-        sql += "FROM checkpoints"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY checkpoint_id DESC"
-        if limit is not None and not filter:
-            sql += " LIMIT ?"
-            params.append(limit)
-        heads = self._fetch(sql, tuple(params))
+            stream_hex = stream.hex
+            checkpoint_ns = conf.get("checkpoint_ns")
+            checkpoint_id = get_checkpoint_id(config) or None
+        heads = self._read(
+            list_checkpoint_metadata,
+            stream=stream_hex,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            before_id=before_id or None,
+            # A filter is matched here, after the query: the limit counts matches.
+            limit=None if filter else limit,
+        )
         return self._iter_list(config, heads, filter, limit)
 
     def _iter_list(
         self,
         config: RunnableConfig | None,
-        heads: _Rows,
+        heads: _MetadataRows,
         filter: dict[str, Any] | None,
         limit: int | None,
     ) -> Iterator[CheckpointTuple]:
@@ -690,11 +658,11 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         for stream, thread_id, ns, checkpoint_id, mtype, mbytes in heads:
             if remaining is not None and remaining <= 0:
                 return
-            metadata = self.serde.loads_typed((mtype, bytes(mbytes)))
+            metadata = self.serde.loads_typed((mtype, mbytes))
             if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                 continue
             shown_thread = config["configurable"]["thread_id"] if config else thread_id
-            loaded = self._load(stream, (shown_thread, ns, checkpoint_id))
+            loaded = self._load(stream, ns, checkpoint_id)
             if loaded is None:
                 continue
             if remaining is not None:

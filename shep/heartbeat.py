@@ -18,9 +18,8 @@ from types import TracebackType
 from typing import Self
 from uuid import UUID
 
-from commands.errors import InvalidTransitionError, WorkerFencedError
 from commands.record_heartbeat import record_heartbeat
-from events.errors import ConcurrencyError, ShepError
+from events.errors import ConcurrencyError, InvalidTransitionError, ShepError, WorkerFencedError
 from events.store import EventStore
 from projections.database import open_database
 from projections.runner import catch_up

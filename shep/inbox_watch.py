@@ -59,7 +59,7 @@ def _awaited_decisions(conn: apsw.Connection) -> bool:
 
 def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
     from commands.answer_question import answer_question
-    from commands.inbox_state import AlreadyDecidedError, RunNotWaitingError
+    from events.errors import AlreadyDecidedError, RunNotWaitingError
 
     options = item["options"]
     assert isinstance(options, list)
@@ -81,7 +81,7 @@ def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
 
 
 def _resume(runtime: Runtime, run_hex: str) -> None:
-    from commands.errors import InvalidTransitionError
+    from events.errors import InvalidTransitionError
     from shep.cli.run import launch
 
     with contextlib.suppress(InvalidTransitionError):
@@ -89,18 +89,11 @@ def _resume(runtime: Runtime, run_hex: str) -> None:
 
 
 def notice_enabled(conn: apsw.Connection) -> bool:
-    """The ``inbox_notice`` setting (on unless turned off), read straight from the log."""
-    from events.settings import SETTINGS_STREAM_ID, SettingChanged
+    """The ``inbox_notice`` setting (on by default), read straight from the log.
 
-    topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
-    row = conn.execute(
-        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
-        "AND state LIKE '%\"inbox_notice\"%' ORDER BY originator_version DESC LIMIT 1",
-        (SETTINGS_STREAM_ID.hex, topic),
-    ).fetchone()
-    if row is None:
-        return True
-    import msgspec
+    The settings fold's own rules apply: a recorded value that is not on or
+    off is skipped, as `shep settings show` skips it.
+    """
+    from shep.settings import read_setting_values
 
-    event = msgspec.json.decode(row[0], type=SettingChanged)
-    return event.value.strip().lower() not in ("off", "0", "false", "no")
+    return read_setting_values(conn).flags["inbox_notice"]

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 import apsw
 import msgspec
 
+from events.runs import RunStatus
 from events.setting_values import SECONDS_SETTINGS, fold_values
 from shep.identity import process_start
 
@@ -114,17 +115,18 @@ def find_orphans(
     stale_before = (moment - timedelta(seconds=orphan_after)).isoformat()
     orphans = []
     for run_id, status, heartbeat, created_at in conn.execute(
-        "SELECT run_id, status, last_heartbeat, created_at FROM runs "
-        "WHERE status IN ('running', 'pending')"
+        "SELECT run_id, status, last_heartbeat, created_at FROM runs WHERE status IN (?, ?)",
+        (RunStatus.RUNNING.value, RunStatus.PENDING.value),
     ):
         run = str(run_id)
         owner = _owner(conn, run)
-        epoch = owner.epoch if status == "running" else 0
-        pid, who = owner.pid, "worker" if status == "running" else "creator"
+        running = status == RunStatus.RUNNING
+        epoch = owner.epoch if running else 0
+        pid, who = owner.pid, "worker" if running else "creator"
         if owner.host == host and pid is not None:
             if not worker_alive(pid, owner.process_start):
                 orphans.append(Orphan(run, f"{who} pid {pid} on {host} is gone", epoch))
-        elif status == "running":
+        elif running:
             if heartbeat is None or str(heartbeat) < stale_before:
                 orphans.append(
                     Orphan(

@@ -32,18 +32,23 @@ from typing import Any
 from uuid import UUID
 
 from commands.complete_run import complete_run
-from commands.errors import InvalidTransitionError, WorkerFencedError
 from commands.fail_run import fail_run
 from commands.inbox_state import load_item, resume_value
 from commands.mark_interrupted import mark_interrupted
 from commands.run_state import load_run
 from commands.suspend_run import Ask, suspend_run
-from events.errors import ConcurrencyError, ShepError
+from events.errors import (
+    AgentError,
+    ConcurrencyError,
+    InvalidTransitionError,
+    ShepError,
+    StepFailedError,
+    WorkerFencedError,
+)
 from events.inbox import item_stream_id
 from events.runs import NodeStarted, RunStatus
 from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
-from shep.errors import AgentError
 from shep.heartbeat import Heartbeat
 from shep.identity import host_name
 from shep.nodes import RunKit
@@ -51,7 +56,6 @@ from shep.nodes.context import RunContext, RunPlan
 from shep.progress import Progress
 from shep.secrets import load_token
 from shep.settings import Settings
-from shep.workflows.base import StepFailedError
 
 __all__ = ["RunPlan", "Runner", "WorkerStopped"]
 

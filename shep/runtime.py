@@ -13,8 +13,12 @@ from typing import TYPE_CHECKING
 import apsw
 
 from events.errors import StoreError, StoreUnavailableError
+from events.runs import RunStatus
 from events.schema import ensure_home, home_from_env
 from projections.database import has_schema, lag, open_database
+
+#: Statuses whose run needs a live process: orphan detection looks only at these.
+_NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -111,7 +115,7 @@ class Runtime:
             return 0  # nothing can be marked; status and logs show the store as it is
         if (
             conn.execute(
-                "SELECT 1 FROM runs WHERE status IN ('running', 'pending') LIMIT 1"
+                "SELECT 1 FROM runs WHERE status IN (?, ?) LIMIT 1", _NEED_A_WORKER
             ).fetchone()
             is None
         ):
@@ -124,9 +128,8 @@ class Runtime:
             return 0
         from uuid import UUID
 
-        from commands.errors import InvalidTransitionError, WorkerFencedError
         from commands.mark_interrupted import mark_interrupted
-        from events.errors import ConcurrencyError
+        from events.errors import ConcurrencyError, InvalidTransitionError, WorkerFencedError
         from projections.runner import catch_up
 
         marked = 0

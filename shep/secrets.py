@@ -14,15 +14,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from events.errors import ShepError
+from events.errors import SecretsError
 
 SECRETS_FILE = "secrets"
 #: Held (flock, exclusive) by whoever reads, changes and replaces the secrets file.
 LOCK_FILE = "secrets.lock"
-
-
-class SecretsError(ShepError):
-    """The secrets file cannot be read or written."""
 
 
 def secrets_path(home: Path) -> Path:

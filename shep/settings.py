@@ -1,8 +1,9 @@
 """The current settings, folded from the settings stream.
 
 The agent type comes only from here: nothing defaults or guesses one. The
-plain settings (their bounds, defaults and rules) are defined in
-``events.setting_values``, shared with the cheap orphan check.
+plain settings (their kinds, bounds, defaults and rules) are defined in
+``events.setting_values``, shared with the cheap readers every command runs
+(``read_setting_values``: the orphan check, the inbox notice).
 """
 
 from __future__ import annotations
@@ -10,12 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from events.setting_values import SkippedChange, default_values, fold_values
+from events.errors import AgentNotConfiguredError
+from events.setting_values import (
+    SettingValue,
+    SettingValues,
+    SkippedChange,
+    default_flags,
+    default_texts,
+    default_values,
+    fold_values,
+)
 from events.settings import SETTINGS_STREAM_ID, AgentConfigured, SettingChanged
-from shep.errors import AgentNotConfiguredError
 
 if TYPE_CHECKING:
-    # Only a type here: the fold itself needs no eventsourcing import.
+    # Only types here: the fold itself needs no eventsourcing import.
+    import apsw
+
     from events.store import EventStore
 
 
@@ -29,7 +40,10 @@ class Settings:
     binary: str | None = None
     binary_version: str | None = None
     token_configured: bool = False
+    #: The seconds settings (see ``events.setting_values.SettingValues``).
     values: dict[str, float] = field(default_factory=default_values)
+    flags: dict[str, bool] = field(default_factory=default_flags)
+    texts: dict[str, str] = field(default_factory=default_texts)
     #: Recorded values that break the rules (written by an older shep) and are ignored.
     skipped: list[SkippedChange] = field(default_factory=list)
 
@@ -38,6 +52,10 @@ class Settings:
         if not self.agent_type:
             raise AgentNotConfiguredError()
         return self.agent_type
+
+    def every(self) -> dict[str, SettingValue]:
+        """Every plain setting's value, in the order ``settings show`` lists them."""
+        return SettingValues(self.values, self.flags, self.texts).every()
 
 
 def load_settings(store: EventStore) -> Settings:
@@ -56,5 +74,28 @@ def load_settings(store: EventStore) -> Settings:
             changes.append((event.key, event.value))
     folded = fold_values(changes)
     settings.values = folded.values
+    settings.flags = folded.flags
+    settings.texts = folded.texts
     settings.skipped = list(folded.skipped.values())
     return settings
+
+
+def read_setting_values(conn: apsw.Connection) -> SettingValues:
+    """The plain settings, folded straight from the settings stream in shep.db.
+
+    The same fold as ``load_settings``, with its skipping of bad records, but
+    cheap (apsw and msgspec, no eventsourcing): the checks every command runs
+    before its own work read it.
+    """
+    import msgspec
+
+    topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
+    changes = []
+    for (state,) in conn.execute(
+        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
+        "ORDER BY originator_version",
+        (SETTINGS_STREAM_ID.hex, topic),
+    ):
+        event = msgspec.json.decode(state, type=SettingChanged)
+        changes.append((event.key, event.value))
+    return fold_values(changes)

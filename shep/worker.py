@@ -22,7 +22,7 @@ from pathlib import Path
 from uuid import UUID
 
 from commands.run_state import RunState, load_run
-from events.errors import ShepError
+from events.errors import WorkerNotAssignedError
 from events.runs import RunStatus
 from events.store import EventStore
 from shep.identity import process_start
@@ -125,10 +125,6 @@ def _group_alive(group: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class WorkerNotAssignedError(ShepError):
-    """The launcher never recorded this worker as the run's worker."""
 
 
 def wait_until_assigned(

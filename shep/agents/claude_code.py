@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from events.errors import AgentError
 from shep.agents.cli import (
     CliExecutor,
     CliParser,
@@ -36,7 +37,6 @@ from shep.agents.model import (
 )
 from shep.agents.process import ProcessOutcome
 from shep.agents.spec import AgentSpec
-from shep.errors import AgentError
 
 __all__ = ["SPEC", "ClaudeCodeExecutor", "MessageStreamParser", "ResultLine", "tool_output"]
 

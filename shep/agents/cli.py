@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import msgspec
 
+from events.errors import AgentError, AgentExitError
 from shep.agents.failures import api_error, error_line, exit_error, output_error, session_not_found
 from shep.agents.model import (
     AgentEvent,
@@ -34,7 +35,6 @@ from shep.agents.model import (
 )
 from shep.agents.process import AgentProcess, ProcessLimits, ProcessOutcome
 from shep.agents.spec import AgentSpec
-from shep.errors import AgentError, AgentExitError
 
 __all__ = [
     "ARGV_PROMPT_LIMIT",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 
-from shep.agents.spec import AgentSpec
-from shep.errors import (
+from events.errors import (
     AgentAuthError,
     AgentError,
     AgentExitError,
@@ -20,6 +19,7 @@ from shep.errors import (
     AgentRateLimitError,
     AgentSessionNotFoundError,
 )
+from shep.agents.spec import AgentSpec
 
 __all__ = [
     "AUTH_STATUSES",

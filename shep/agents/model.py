@@ -12,7 +12,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
-from shep.errors import AgentError
+from events.errors import AgentError
 
 __all__ = [
     "FEATURES",

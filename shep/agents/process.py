@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from shep.errors import AgentError, AgentNotFoundError, AgentOutputError, AgentTimeoutError
+from events.errors import AgentError, AgentNotFoundError, AgentOutputError, AgentTimeoutError
 
 __all__ = ["AgentProcess", "ProcessLimits", "ProcessOutcome", "kill_group"]
 

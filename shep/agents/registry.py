@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from events.errors import AgentError, AgentNotFoundError, SettingsError
 from shep.agents import (
     aider,
     claude_code,
@@ -23,7 +24,6 @@ from shep.agents.failures import clean
 from shep.agents.model import AgentExecutor
 from shep.agents.process import ProcessLimits
 from shep.agents.spec import AgentSpec
-from shep.errors import AgentError, AgentNotFoundError, SettingsError
 
 __all__ = ["AGENT_SPECS", "create_executor", "get_spec", "probe_version"]
 

@@ -8,22 +8,10 @@ import re
 import click
 
 from events.audit import ChainReport, open_log, verify_chain
-from events.errors import ShepError, StoreUnavailableError
+from events.errors import AnchorFormatError, ChainBrokenError, StoreUnavailableError
 from shep.runtime import Runtime
 
 _ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
-
-
-class ChainBrokenError(ShepError):
-    """The hash chain does not verify: history was edited, cut short or damaged."""
-
-    exit_code = 4
-
-
-class AnchorFormatError(ShepError):
-    """``--anchor`` is not ``POSITION:HASH``."""
-
-    exit_code = 2
 
 
 @click.group()

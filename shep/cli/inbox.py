@@ -123,7 +123,8 @@ def answer(
     wait: bool,
 ) -> None:
     """Answer question ITEM (or the one pending question of a run): TEXT or --option ID."""
-    from commands.answer_question import InvalidAnswerError, answer_question
+    from commands.answer_question import answer_question
+    from events.errors import InvalidAnswerError
     from projections.inbox_queries import resolve_item
     from shep.identity import user_actor
 
@@ -194,7 +195,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
 
 
 def _db(runtime: Runtime) -> Any:
-    from projections.inbox_queries import ItemRefError
+    from events.errors import ItemRefError
 
     if not _has_store(runtime):
         raise ItemRefError("The inbox is empty: no run has asked anything.")
@@ -203,8 +204,8 @@ def _db(runtime: Runtime) -> Any:
 
 def _resume(runtime: Runtime, run_hex: str, *, wait: bool) -> None:
     """Resume the run now that it has a decision, unless a worker already runs it."""
-    from commands.errors import InvalidTransitionError
     from commands.run_state import load_run
+    from events.errors import InvalidTransitionError
     from events.runs import WAITING_STATUSES
     from shep.cli.run import launch
 

@@ -10,13 +10,14 @@ import apsw
 import click
 import msgspec
 
+from events.runs import FINAL_STATUSES, RunStatus
 from projections.queries import get_run, list_logs, resolve_run_id
 from projections.runner import catch_up
 from shep.cli.render import short_id
 from shep.runtime import Runtime
 
-FINAL = frozenset({"completed", "failed", "cancelled"})
-INTERRUPTED = "interrupted"
+FINAL = frozenset(s.value for s in FINAL_STATUSES)
+INTERRUPTED = RunStatus.INTERRUPTED.value
 #: --follow stops at a final status, and at interrupted: no worker is left to write more.
 FOLLOW_ENDS_AT = FINAL | {INTERRUPTED}
 POLL_SECONDS = 0.01

@@ -7,7 +7,8 @@ import time
 import click
 
 from projections.database import open_database
-from projections.runner import PROJECTIONS, rebuild
+from projections.runner import rebuild
+from projections.schema import PROJECTIONS
 from shep.runtime import Runtime
 
 

@@ -12,22 +12,21 @@ from uuid import UUID
 
 import click
 
-from events.errors import ShepError
+from events.errors import (
+    InterruptedRunExistsError,
+    RunInputError,
+    ShepError,
+    WorkerStillRunningError,
+)
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
     from commands.run_state import RunState
+    from events.runs import RunStatus
+    from shep.runner import Runner
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
-
-
-class RunInputError(ShepError):
-    exit_code = 2
-
-
-class InterruptedRunExistsError(ShepError):
-    exit_code = 2
 
 
 def _parse_inputs(values: tuple[str, ...]) -> dict[str, str]:
@@ -211,8 +210,8 @@ def worker(runtime: Runtime, run_id: str, is_resume: bool, timeout: float | None
 def _check_binary(agent_type: str, binary: str | None) -> None:
     import shutil
 
+    from events.errors import AgentNotFoundError
     from shep.agents import get_spec
-    from shep.errors import AgentNotFoundError
 
     spec = get_spec(agent_type)
     if not spec.binary:
@@ -266,15 +265,11 @@ def _local_worker(state: RunState) -> tuple[int | None, str | None]:
     return state.pid, state.process_start
 
 
-class WorkerStillRunningError(ShepError):
-    exit_code = 2
-
-
 def _resume(
     runtime: Runtime, run_id: UUID, *, background: bool, timeout: float | None, force: bool
 ) -> None:
-    from commands.errors import InvalidTransitionError
     from commands.run_state import load_run
+    from events.errors import InvalidTransitionError
     from events.runs import RunStatus
 
     store = runtime.store()
@@ -296,9 +291,9 @@ def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
     compare-and-set on that worker's epoch. The resume that follows makes a new
     owner, so the old worker is fenced off even if it lives on.
     """
-    from commands.errors import InvalidTransitionError, WorkerFencedError
     from commands.mark_interrupted import mark_interrupted
     from commands.run_state import load_run
+    from events.errors import InvalidTransitionError, WorkerFencedError
     from events.runs import RunStatus
     from shep.identity import current_actor, host_name
     from shep.worker import stop_worker
@@ -402,7 +397,6 @@ def execute_run(
     from commands.fail_run import fail_run
     from commands.resume_run import resume_run
     from commands.start_run import start_run
-    from events.runs import WAITING_STATUSES, RunStatus
     from shep.identity import host_name, process_start
     from shep.runner import Runner
     from shep.settings import load_settings
@@ -437,6 +431,18 @@ def execute_run(
             err=True,
         )
     status = runner.execute(state.epoch)
+    _report(runtime, runner, status, background=background, exit_on_failure=exit_on_failure)
+
+
+def _report(
+    runtime: Runtime, runner: Runner, status: RunStatus, *, background: bool, exit_on_failure: bool
+) -> None:
+    """Say how the worker left the run, and exit with its code (130 interrupted, 1 failed)."""
+    from events.runs import WAITING_STATUSES, RunStatus
+    from projections.runner import catch_up
+
+    run_id = runner.run_id
+    short = run_id.hex[:8]
     if runner.fenced:
         click.echo(
             f"Run {short} is no longer this worker's ({status.value}, another worker or a "
@@ -455,8 +461,6 @@ def execute_run(
             f"Run {short} is waiting for {what}: see `shep inbox`. It goes on once decided.",
             err=True,
         )
-        from projections.runner import catch_up
-
         # A decision that landed while this worker was suspending the run found it
         # still running and left it to us: start the worker that takes it.
         catch_up(runtime.read_db())
@@ -468,7 +472,6 @@ def execute_run(
             sys.exit(EXIT_INTERRUPTED)
         return
     from projections.queries import get_run
-    from projections.runner import catch_up
 
     conn = runtime.read_db()
     catch_up(conn)

@@ -11,8 +11,8 @@ from typing import Any
 import click
 import msgspec
 
-from events.setting_values import HEARTBEATS_PER_ORPHAN_AFTER, SECONDS_SETTINGS
-from shep.errors import SettingsError
+from events.errors import SettingsError
+from events.setting_values import HEARTBEATS_PER_ORPHAN_AFTER, SETTINGS, show_value
 from shep.runtime import Runtime
 
 
@@ -193,16 +193,21 @@ def run_wizard(
 
 
 def _set_help() -> str:
-    lines = [
-        f"  {name:<19} {spec.low:g} to {spec.high:g}, default {spec.default:g}: {spec.help}"
-        for name, spec in SECONDS_SETTINGS.items()
-    ]
+    lines = [f"  {name:<19} {spec.describe()}: {spec.help}" for name, spec in SETTINGS.items()]
     return (
-        "Change a plain setting KEY to VALUE, a number of seconds.\n\n"
+        "Change a plain setting KEY to VALUE: seconds, on/off, or text.\n\n"
         "\b\n" + "\n".join(lines) + "\n\n"
+        "An on/off setting also takes true/false, yes/no or 1/0. "
         f"heartbeat_interval must stay at most orphan_after / {HEARTBEATS_PER_ORPHAN_AFTER}, "
         "so that a live run is never taken for an orphan: to go beyond, change the other "
-        "one first."
+        "one first.\n\n"
+        "notify_command is cut into words as a shell would (quotes, backslashes) but run "
+        "without a shell: no pipes, redirections or $VARIABLES (name a script for those). "
+        "Each new inbox item is written to its standard input as one JSON object: item_id, "
+        "kind, run_id, workflow, repo, node, iteration, prompt, options, artifacts, "
+        "deadline, and the shep commands that decide it. If it fails, or runs longer than "
+        "notify_timeout (then its process group is killed), that is recorded in the run's "
+        "logs; the run goes on regardless. Set it to '' to turn it off."
     )
 
 
@@ -216,7 +221,22 @@ def set_command(runtime: Runtime, key: str, value: str) -> None:
     from shep.identity import current_actor
 
     event = change_setting(runtime.store(), key=key, value=value, changed_by=current_actor())
-    click.echo(f"{key} = {float(event.value):g}")
+    click.echo(f"{key} = {show_value(SETTINGS[key].parse(key, event.value))}")
+    if key == "notify_command" and event.value:
+        _warn_if_not_found(event.value)
+
+
+def _warn_if_not_found(command: str) -> None:
+    """Warn (not refuse: a worker may see another PATH) when the command cannot be found here."""
+    import shlex
+
+    program = shlex.split(command)[0]
+    if shutil.which(program) is None:
+        click.echo(
+            f"shep: warning: {program!r} is not an executable found on PATH here; "
+            "notifications will fail (and say so in `shep logs`) until it is.",
+            err=True,
+        )
 
 
 @settings.command("show")
@@ -227,27 +247,30 @@ def show(runtime: Runtime, as_json: bool) -> None:
     from shep.settings import load_settings
 
     current = load_settings(runtime.store())
+    values = current.every()
     for skipped in current.skipped:
         click.echo(
             f"shep: ignoring a recorded setting: {skipped.reason} It stays "
-            f"{current.values[skipped.key]:g}; change it with "
-            f"`shep settings set {skipped.key} SECONDS`.",
+            f"{show_value(values[skipped.key])}; change it with "
+            f"`shep settings set {skipped.key} {SETTINGS[skipped.key].placeholder}`.",
             err=True,
         )
-    data = {
+    agent = {
         "agent_type": current.agent_type,
         "auth_method": current.auth_method,
         "model": current.model,
         "binary": current.binary,
         "binary_version": current.binary_version,
         "token": "********" if current.token_configured else None,
-        **current.values,
     }
     if as_json:
+        data = {**agent, **values}
         click.echo(msgspec.json.format(msgspec.json.encode(data).decode(), indent=2))
         return
     if current.agent_type is None:
         click.echo("agent: not configured (run `shep settings agent`)")
-    for key, value in data.items():
-        if value is not None:
-            click.echo(f"{key}: {value:g}" if isinstance(value, float) else f"{key}: {value}")
+    for key, text in agent.items():
+        if text is not None:
+            click.echo(f"{key}: {text}")
+    for key, value in values.items():
+        click.echo(f"{key}: {show_value(value)}")

@@ -8,19 +8,11 @@ from typing import Any
 import click
 import msgspec
 
-from events.errors import ShepError
+from events.errors import NoRunsError
+from events.runs import RunStatus
 from projections.queries import get_run, list_runs, resolve_run_id
 from shep.cli.render import age, short_id, table
 from shep.runtime import Runtime
-
-
-class NoRunsError(ShepError):
-    """The store holds no runs yet."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "No runs yet. Start one with `shep run analyze-repository`, or try `shep demo`."
-        )
 
 
 @click.command()
@@ -48,6 +40,7 @@ def status(runtime: Runtime, run: str | None, show_all: bool, as_json: bool) -> 
     if not runs:
         raise NoRunsError()
     now = datetime.now(UTC)
+    stale_after = _stale_after(conn, runs)
     click.echo(
         table(
             ["RUN", "WORKFLOW", "AGENT", "STATUS", "NODE", "PROGRESS", "AGE", "HEARTBEAT"],
@@ -57,15 +50,52 @@ def status(runtime: Runtime, run: str | None, show_all: bool, as_json: bool) -> 
                     r["workflow"],
                     r["agent_type"],
                     r["status"],
-                    r["current_node"] or "-",
+                    _node(r),
                     f"{r['completed_nodes']}/{r['total_nodes']}",
                     age(r["created_at"], now),
-                    age(r["last_heartbeat"], now) if r["status"] == "running" else "-",
+                    _heartbeat(r, now, stale_after),
                 ]
                 for r in runs
             ],
         )
     )
+
+
+def _node(run: dict[str, Any]) -> str:
+    """The node in flight (``requirements #2`` past its first iteration), or what the run
+    waits for (``waiting: approve (approval)``).
+    """
+    waiting = run.get("waiting") or []
+    if waiting:
+        return "waiting: " + ", ".join(f"{w['node']} ({w['kind']})" for w in waiting)
+    node = run["current_node"]
+    if not node:
+        return "-"
+    iteration = run.get("current_iteration") or 1
+    return f"{node} #{iteration}" if iteration > 1 else node
+
+
+def _stale_after(conn: Any, runs: list[dict[str, Any]]) -> float | None:
+    if not any(r["status"] == RunStatus.RUNNING for r in runs):
+        return None
+    from shep.recovery import orphan_after
+
+    return orphan_after(conn)
+
+
+def _heartbeat(run: dict[str, Any], now: datetime, stale_after: float | None) -> str:
+    """The heartbeat's age; ``(stale)`` when a live worker here has gone quiet (a stopped
+    process, a sleeping laptop: it is not interrupted, since it will go on).
+    """
+    if run["status"] != RunStatus.RUNNING:
+        return "-"
+    text = age(run["last_heartbeat"], now)
+    beat = run["last_heartbeat"]
+    if stale_after is not None and beat:
+        seconds = (now - datetime.fromisoformat(beat)).total_seconds()
+        if seconds > stale_after:
+            text += " (stale)"
+    return text
 
 
 def _json(value: Any) -> str:
@@ -80,6 +110,10 @@ def _render_detail(run: dict[str, Any]) -> str:
         f"agent     {run['agent_type']}" + (f" ({run['model']})" if run["model"] else ""),
         f"repo      {run['repo']}",
         f"status    {run['status']}" + (f": {run['error']}" if run["error"] else ""),
+        *(
+            f"waiting   {w['kind']} {w['item_id'][:8]} at {w['node']}: {w['prompt']} (shep inbox)"
+            for w in run.get("waiting") or []
+        ),
         f"progress  {run['completed_nodes']}/{run['total_nodes']} nodes",
         f"created   {run['created_at']} ({age(run['created_at'], now)} ago) by {run['created_by']}",
     ]
@@ -101,7 +135,7 @@ def _render_detail(run: dict[str, Any]) -> str:
                 ["NODE", "STATUS", "DURATION", "SESSION", "ERROR"],
                 [
                     [
-                        n["node"],
+                        n["node"] + (f" #{n['iteration']}" if n["iteration"] > 1 else ""),
                         n["status"],
                         f"{n['duration_ms'] / 1000:.1f}s" if n["duration_ms"] is not None else "-",
                         n["agent_session_id"] or "-",

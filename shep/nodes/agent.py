@@ -19,6 +19,7 @@ import msgspec
 
 from commands.record_agent_output import OutputItem
 from commands.record_node import record_agent_session, record_node_failed
+from events.errors import AgentError, AgentSessionNotFoundError, ShepError
 from events.runs import AgentSessionRecorded, ArtifactWritten, NodeCompleted, NodeFailed, Usage
 from shep.agents import (
     AgentEvent,
@@ -32,7 +33,6 @@ from shep.agents import (
     ToolUse,
     embed_context,
 )
-from shep.errors import AgentError, AgentSessionNotFoundError, ShepError
 from shep.nodes.context import RunContext, iteration_of
 from shep.settings import Settings
 from shep.workflows.base import AgentStep, NodeFn, repository_tree, tools_for

@@ -18,9 +18,9 @@ from uuid import UUID
 from commands.record_agent_output import AgentOutputBuffer
 from commands.record_node import record_node_started
 from commands.run_state import RunState, next_events
+from events.errors import ShepError
 from events.runs import NodeCompleted, RunCreated, RunStatus, Usage
 from events.store import EventStore
-from shep.errors import ShepError
 from shep.progress import Progress
 from shep.workflows import Workflow, get_workflow
 

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from commands.record_node import record_node_failed
+from events.errors import StepFailedError
 from shep.nodes.context import RunContext, iteration_of
-from shep.workflows.base import DeterministicStep, NodeFn, StepFailedError
+from shep.workflows.base import DeterministicStep, NodeFn
 
 
 def deterministic_node(ctx: RunContext, step: DeterministicStep) -> NodeFn:

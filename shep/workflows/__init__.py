@@ -12,15 +12,11 @@ import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from shep.errors import ShepError
+from events.errors import UnknownWorkflowError
 from shep.workflows.analyze_repository import ANALYZE_REPOSITORY
 from shep.workflows.base import AgentStep, Workflow
 
 __all__ = ["WORKFLOWS", "AgentStep", "Workflow", "get_workflow"]
-
-
-class UnknownWorkflowError(ShepError):
-    exit_code = 2
 
 
 def _plugins() -> list[Workflow]:

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
-from events.errors import ShepError
-
 if TYPE_CHECKING:
     from langgraph.graph.state import StateGraph
 
@@ -87,12 +85,6 @@ class AgentStep:
     instruction: str
     writes: bool = False
     artifact: str | None = None
-
-
-class StepFailedError(ShepError):
-    """A deterministic step found something wrong (a file that does not validate, ...):
-    the run fails with this message.
-    """
 
 
 @dataclass(frozen=True)
@@ -192,7 +184,7 @@ def add_step(graph: StateGraph[Any, Any, Any, Any], kit: NodeKit, step: Step) ->
     """Add ``step`` as a node of its kind; agent steps retry the agent's retryable errors."""
     from langgraph.types import RetryPolicy
 
-    from shep.errors import AgentError
+    from events.errors import AgentError
 
     def retryable(error: Exception) -> bool:
         return isinstance(error, AgentError) and error.retryable

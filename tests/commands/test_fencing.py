@@ -9,7 +9,6 @@ import pytest
 from commands.cancel_run import cancel_run
 from commands.complete_run import complete_run
 from commands.create_run import create_run
-from commands.errors import InvalidTransitionError, WorkerFencedError
 from commands.fail_run import fail_run
 from commands.mark_interrupted import mark_interrupted
 from commands.record_agent_output import OutputItem, record_agent_output
@@ -25,6 +24,7 @@ from commands.run_state import RunState, load_run, next_events
 from commands.save_checkpoint import save_checkpoint
 from commands.start_run import start_run
 from events.base import utc_now
+from events.errors import InvalidTransitionError, WorkerFencedError
 from events.runs import HeartbeatRecorded, NodeCompleted, RunResumed, RunStarted, RunStatus
 from events.store import EventStore
 

@@ -9,14 +9,13 @@ import pytest
 from commands.cancel_run import cancel_run
 from commands.complete_run import complete_run
 from commands.create_run import create_run
-from commands.errors import InvalidTransitionError, RunNotFoundError
 from commands.mark_interrupted import mark_interrupted
 from commands.record_agent_output import AgentOutputBuffer, OutputItem
 from commands.record_node import record_node_completed, record_node_started
 from commands.resume_run import resume_run
 from commands.run_state import load_run, next_events
 from commands.start_run import start_run
-from events.errors import ConcurrencyError
+from events.errors import ConcurrencyError, InvalidTransitionError, RunNotFoundError
 from events.runs import AgentOutputRecorded, HeartbeatRecorded, NodeStarted, RunStatus
 from events.store import EventStore
 

@@ -11,9 +11,9 @@ import pytest
 
 from commands.cancel_run import cancel_run
 from commands.create_run import create_run
-from commands.errors import InvalidTransitionError
 from commands.start_run import start_run
 from events.chain import GENESIS_HASH, chain_hash
+from events.errors import InvalidTransitionError
 from events.store import EventStore
 from tests.e2e.cli import shep
 from tests.histories import random_run

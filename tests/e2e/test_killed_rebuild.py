@@ -15,7 +15,8 @@ import pytest
 
 from events.store import EventStore
 from projections.database import PROJECTION_INDEXES, PROJECTION_NAMES, open_database
-from projections.runner import PROJECTIONS, rebuild
+from projections.runner import rebuild
+from projections.schema import PROJECTIONS
 from tests.e2e.cli import shep
 from tests.histories import random_run
 from tests.projections.test_rebuild import snapshot

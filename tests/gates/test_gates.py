@@ -26,8 +26,10 @@ def _pending(run_id: str) -> list[dict[str, object]]:
 def _waiting_on(run_id: str, kind: str) -> dict[str, object]:
     """Wait until the run waits on exactly one pending item, of ``kind``; return it."""
     wait_for(
-        lambda: [i["kind"] for i in _pending(run_id)] == [kind]
-        and str(run_row(run_id)["status"]).startswith("waiting"),
+        lambda: (
+            [i["kind"] for i in _pending(run_id)] == [kind]
+            and str(run_row(run_id)["status"]).startswith("waiting")
+        ),
         what=f"the run to wait for {kind}",
     )
     return _pending(run_id)[0]

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from events.errors import StepFailedError
 from shep.workflows.base import (
     AgentStep,
     Approval,
@@ -21,7 +22,6 @@ from shep.workflows.base import (
     Option,
     Question,
     QuestionStep,
-    StepFailedError,
     StepState,
     Workflow,
     add_step,

@@ -9,7 +9,8 @@ import apsw
 
 from events.store import EventStore
 from projections.database import PROJECTION_INDEXES, has_schema, open_database
-from projections.runner import PROJECTIONS, catch_up, rebuild
+from projections.runner import catch_up, rebuild
+from projections.schema import PROJECTIONS
 from tests.histories import random_run
 from tests.projections.test_rebuild import snapshot
 

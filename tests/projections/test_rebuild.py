@@ -10,7 +10,8 @@ import pytest
 
 from events.store import EventStore
 from projections.database import lag, open_database
-from projections.runner import PROJECTIONS, catch_up, rebuild
+from projections.runner import catch_up, rebuild
+from projections.schema import PROJECTIONS
 from tests.histories import random_decisions, random_run
 
 
