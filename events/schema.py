@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
@@ -92,11 +93,29 @@ def connect(
     )
     conn.setbusytimeout(busy_timeout_ms)
     if not readonly and ":memory:" not in str(path) and "mode=memory" not in str(path):
-        mode = conn.execute("PRAGMA journal_mode").fetchall()[0][0]
-        if str(mode).lower() != "wal":
-            conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(conn, busy_timeout_ms)
     conn.execute(f"PRAGMA synchronous={sync}")
     return conn
+
+
+def _use_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
+    """Switch a new database to WAL; retry while another process does the same.
+
+    Changing the journal mode takes an exclusive lock and SQLite reports a
+    busy database at once instead of waiting out the busy timeout, so several
+    shep processes opening a fresh home together would fail without this.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchall()[0][0]
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _open_read_only(path: str, flags: int, *, salvage: bool) -> apsw.Connection:

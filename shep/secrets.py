@@ -75,7 +75,15 @@ def save_token(home: Path, agent_type: str, token: str | None) -> None:
     old file, and the second replace would drop the first one's token.
     """
     with _locked(home):
-        data = _read(home)
+        try:
+            data = _read(home)
+        except SecretsError:
+            if not secrets_path(home).is_file():
+                raise
+            # Damaged beyond reading: keep it aside (0600, as it was) and start anew,
+            # as the error that sent the user here promised.
+            os.replace(secrets_path(home), secrets_path(home).with_name("secrets.damaged"))
+            data = {}
         if token is None:
             data.pop(agent_type, None)
         else:

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
+from shep.cli.render import Seconds
 from shep.runtime import Runtime
 
 
 @click.command()
 @click.option(
     "--delay",
-    type=click.FloatRange(min=0),
+    type=Seconds(0),
     default=0.4,
     show_default=True,
     help="Seconds the demo agent takes per step.",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
+
+import click
 
 SHORT_ID = 8
 
@@ -41,3 +45,28 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
     return "\n".join(lines)
+
+
+# click >= 8.2 makes ParamType generic; the subscripted form fails on older clicks.
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A finite number of seconds within bounds (click's FloatRange lets ``nan`` and ``inf``
+    through, since no comparison with them is true).
+    """
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float = 7 * 24 * 3600.0) -> None:
+        self.low, self.high = low, high
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        if not math.isfinite(seconds) or not self.low <= seconds <= self.high:
+            self.fail(
+                f"{value!r} is not between {self.low:g} and {self.high:g} seconds.", param, ctx
+            )
+        return seconds

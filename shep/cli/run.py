@@ -18,6 +18,7 @@ from events.errors import (
     ShepError,
     WorkerStillRunningError,
 )
+from shep.cli.render import Seconds
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def workflows() -> None:
 @click.option("--model", help="Model for this run (overrides the agent's configured model).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Seconds(1),
     metavar="SECONDS",
     help="Time limit of each agent call (default: the agent_timeout setting, 1800).",
 )
@@ -136,7 +137,7 @@ def run(
 @click.option("--background", is_flag=True, help="Resume in a detached worker.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Seconds(1),
     metavar="SECONDS",
     help="Time limit of each agent call.",
 )
@@ -166,7 +167,7 @@ def resume(
 @click.argument("run_ref", metavar="RUN")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=Seconds(0),
     default=5.0,
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",
@@ -200,7 +201,7 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
 @click.command("_worker", hidden=True)
 @click.argument("run_id")
 @click.option("--resume", "is_resume", is_flag=True)
-@click.option("--timeout", type=float)
+@click.option("--timeout", type=Seconds(1))
 @click.pass_obj
 def worker(runtime: Runtime, run_id: str, is_resume: bool, timeout: float | None) -> None:
     """Execute a run in this (detached) process."""
