@@ -6,6 +6,7 @@ python -m shep.docgen --check  # exit 1 if either is stale (CI runs this via the
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,7 +86,7 @@ def event_catalog() -> str:
         parts += [
             f"### {cls.__name__}",
             "",
-            (cls.__doc__ or "").strip(),
+            inspect.cleandoc(cls.__doc__ or ""),
             "",
             f"Topic: `{topic}`",
             "",

@@ -20,7 +20,6 @@ one on stderr) is masked.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -32,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
+
+import msgspec
 
 from commands.inbox_state import ItemState, load_item
 from commands.record_notification import record_notification, was_notified
@@ -86,7 +87,8 @@ def notify_new_items(
     jobs = [
         _Job(
             item.item_id,
-            _mask(json.dumps(item_payload(item, run, home)), secrets).encode() + b"\n",
+            _mask(msgspec.json.encode(item_payload(item, run, home)).decode(), secrets).encode()
+            + b"\n",
         )
         for item, run in items
     ]
@@ -109,36 +111,22 @@ def notify_new_items(
 def item_payload(item: ItemState, run: RunCreated | None, home: Path) -> dict[str, Any]:
     """The JSON object a ``notify_command`` reads for one item, its decision commands included.
 
-    ``run`` is the item's run as created (None if its stream lacks it); ``home``
-    the store's shep home, named in the commands when it is not the default.
+    The keys of ``shep inbox --json`` (the same for both kinds), plus
+    ``commands``: the shep command lines that decide the item. ``run`` is the
+    item's run as created (None if its stream lacks it); ``home`` the store's
+    shep home, named in the commands when it is not the default.
     """
     asked = item.asked
     item_hex = item.item_id.hex
-    payload: dict[str, Any] = {
-        "item_id": item_hex,
-        "kind": item.kind,
-        "run_id": asked.run_id.hex,
-        "workflow": run.workflow if run else None,
-        "repo": run.repo if run else None,
-        "node": asked.node,
-        "iteration": asked.iteration,
-        "asked_at": asked.timestamp.isoformat(),
-    }
     shep = _shep_prefix(home)
+    fields: dict[str, Any]
     if isinstance(asked, QuestionAsked):
-        payload |= {
+        fields = {
             "prompt": asked.question,
             "context": asked.context,
-            "options": [
-                {
-                    "id": o.id,
-                    "label": o.label,
-                    "description": o.description,
-                    "recommended": o.recommended,
-                }
-                for o in asked.options
-            ],
+            "options": [msgspec.to_builtins(o) for o in asked.options],
             "free_text": asked.free_text,
+            "phase": "",
             "artifacts": [],
             "deadline": asked.deadline,
             "commands": {
@@ -150,18 +138,29 @@ def item_payload(item: ItemState, run: RunCreated | None, home: Path) -> dict[st
             },
         }
     else:
-        payload |= {
+        fields = {
             "prompt": asked.summary,
-            "phase": asked.phase,
+            "context": "",
             "options": [],
-            "artifacts": [{"path": a.path, "sha256": a.sha256} for a in asked.artifacts],
+            "free_text": False,
+            "phase": asked.phase,
+            "artifacts": [msgspec.to_builtins(a) for a in asked.artifacts],
             "deadline": None,
             "commands": {
                 "approve": f"{shep} approve {item_hex}",
                 "reject": f"{shep} reject {item_hex} --reason REASON",
             },
         }
-    return payload
+    return {
+        "item_id": item_hex,
+        "kind": item.kind,
+        "run_id": asked.run_id.hex,
+        "workflow": run.workflow if run else None,
+        "repo": run.repo if run else None,
+        "node": asked.node,
+        "iteration": asked.iteration,
+        "asked_at": asked.timestamp.isoformat(),
+    } | fields
 
 
 def run_notify_command(argv: list[str], payload: bytes, timeout: float) -> str | None:
@@ -183,8 +182,9 @@ def run_notify_command(argv: list[str], payload: bytes, timeout: float) -> str |
             return f"{argv[0]!r} was not found: check notify_command"
         except PermissionError:
             return f"{argv[0]!r} cannot be run (permission denied): check notify_command"
-        except OSError as e:
-            return f"{argv[0]!r} cannot be run ({e.strerror or e}): check notify_command"
+        except (OSError, ValueError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+            return f"{argv[0]!r} cannot be run ({reason}): check notify_command"
         try:
             process.communicate(payload, timeout=timeout)
         except subprocess.TimeoutExpired:

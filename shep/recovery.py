@@ -30,7 +30,7 @@ import apsw
 import msgspec
 
 from events.runs import RunStatus
-from events.setting_values import SECONDS_SETTINGS, fold_values
+from events.setting_values import SECONDS_SETTINGS
 from shep.identity import process_start
 
 DEFAULT_ORPHAN_AFTER = SECONDS_SETTINGS["orphan_after"].default
@@ -145,19 +145,6 @@ def orphan_after(conn: apsw.Connection) -> float:
 
     Cheap (apsw and msgspec, no eventsourcing): the orphan check of every command runs it.
     """
-    import msgspec
+    from shep.settings import read_setting_values
 
-    from events.settings import SETTINGS_STREAM_ID, SettingChanged
-
-    topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
-    changes = []
-    for (state,) in conn.execute(
-        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
-        "ORDER BY originator_version",
-        (SETTINGS_STREAM_ID.hex, topic),
-    ):
-        event = msgspec.json.decode(state, type=SettingChanged)
-        changes.append((event.key, event.value))
-    # The settings fold's own rules: a value recorded by an older shep that breaks
-    # them (nan, inf) is skipped, as `shep settings show` skips it.
-    return fold_values(changes).values["orphan_after"]
+    return read_setting_values(conn).values["orphan_after"]

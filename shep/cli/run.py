@@ -462,6 +462,12 @@ def _report(
             f"Run {short} is waiting for {what}: see `shep inbox`. It goes on once decided.",
             err=True,
         )
+        from shep.notify import notify_new_items
+        from shep.settings import load_settings
+
+        # Settings as they are now: a run can wait for hours after it started.
+        store = runtime.store()
+        notify_new_items(store, runtime.home, runner.asked, load_settings(store))
         # A decision that landed while this worker was suspending the run found it
         # still running and left it to us: start the worker that takes it.
         catch_up(runtime.read_db())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shep.errors import (
+from events.errors import (
     AgentAuthError,
     AgentError,
     AgentExitError,

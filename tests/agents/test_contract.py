@@ -23,7 +23,7 @@ from shep.agents import (
     ToolResult,
     ToolUse,
 )
-from shep.errors import AgentError, AgentExitError, AgentOutputError, AgentTimeoutError
+from events.errors import AgentError, AgentExitError, AgentOutputError, AgentTimeoutError
 from tests.agents.cases import CASES, FAILURES, Case, Failure
 from tests.agents.conftest import TOKEN, Fake, pid_gone
 

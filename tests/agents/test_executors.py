@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from shep.agents import AgentOptions, Completed, SessionStarted, TextDelta, ToolResult, ToolUse
-from shep.errors import AgentOutputError
+from events.errors import AgentOutputError
 from tests.agents.conftest import Fake, sample
 
 PROMPT = "Say hello"

@@ -19,7 +19,7 @@ from shep.agents import (
     embed_context,
     failed_event,
 )
-from shep.errors import AgentAuthError, AgentTimeoutError
+from events.errors import AgentAuthError, AgentTimeoutError
 
 
 def test_options_default_to_none_and_are_frozen() -> None:

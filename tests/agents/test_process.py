@@ -11,7 +11,7 @@ from types import FrameType
 import pytest
 
 from shep.agents import AgentOptions, Completed, ProcessLimits, TextDelta, create_executor
-from shep.errors import (
+from events.errors import (
     AgentError,
     AgentNotFoundError,
     AgentOutputError,

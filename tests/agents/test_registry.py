@@ -13,7 +13,7 @@ from shep.agents import (
     create_executor,
     probe_version,
 )
-from shep.errors import AgentError, AgentNotFoundError, SettingsError
+from events.errors import AgentError, AgentNotFoundError, SettingsError
 from tests.agents.conftest import Fake
 
 TYPES = (
