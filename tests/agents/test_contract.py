@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from events.errors import AgentError, AgentExitError, AgentOutputError, AgentTimeoutError
 from shep.agents import (
     AGENT_SPECS,
     AgentExecutor,
@@ -23,7 +24,6 @@ from shep.agents import (
     ToolResult,
     ToolUse,
 )
-from events.errors import AgentError, AgentExitError, AgentOutputError, AgentTimeoutError
 from tests.agents.cases import CASES, FAILURES, Case, Failure
 from tests.agents.conftest import TOKEN, Fake, pid_gone
 

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from shep.agents import AgentOptions, Completed, SessionStarted, TextDelta, ToolResult, ToolUse
 from events.errors import AgentOutputError
+from shep.agents import AgentOptions, Completed, SessionStarted, TextDelta, ToolResult, ToolUse
 from tests.agents.conftest import Fake, sample
 
 PROMPT = "Say hello"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from events.errors import AgentAuthError, AgentTimeoutError
 from shep.agents import (
     AgentEvent,
     AgentOptions,
@@ -19,7 +20,6 @@ from shep.agents import (
     embed_context,
     failed_event,
 )
-from events.errors import AgentAuthError, AgentTimeoutError
 
 
 def test_options_default_to_none_and_are_frozen() -> None:

@@ -10,7 +10,6 @@ from types import FrameType
 
 import pytest
 
-from shep.agents import AgentOptions, Completed, ProcessLimits, TextDelta, create_executor
 from events.errors import (
     AgentError,
     AgentNotFoundError,
@@ -18,6 +17,7 @@ from events.errors import (
     AgentRateLimitError,
     AgentTimeoutError,
 )
+from shep.agents import AgentOptions, Completed, ProcessLimits, TextDelta, create_executor
 from tests.agents.conftest import FAST, Fake, pid_gone, sample
 
 PROMPT = "Say hello"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from events.errors import AgentError, AgentNotFoundError, SettingsError
 from shep.agents import (
     AGENT_SPECS,
     FEATURES,
@@ -13,7 +14,6 @@ from shep.agents import (
     create_executor,
     probe_version,
 )
-from events.errors import AgentError, AgentNotFoundError, SettingsError
 from tests.agents.conftest import Fake
 
 TYPES = (
