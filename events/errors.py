@@ -242,3 +242,9 @@ class AlreadyDecidedError(ShepError):
     def __init__(self, message: str, *, actor: str) -> None:
         super().__init__(message)
         self.actor = actor
+
+
+class InvalidSettingError(ShepError):
+    """A setting is unknown, or its value is of the wrong kind, out of bounds, or breaks a rule."""
+
+    exit_code = 2

@@ -26,16 +26,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
-from events.errors import ShepError
+from events.errors import InvalidSettingError
 
 #: The value of a setting: seconds, an on/off flag, or text.
 SettingValue = float | bool | str
-
-
-class InvalidSettingError(ShepError):
-    """A setting is unknown, or its value is of the wrong kind, out of bounds, or breaks a rule."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)

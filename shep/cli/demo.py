@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import click
 
+from events.errors import ShepError
 from shep.cli.render import Seconds
 from shep.runtime import Runtime
 
@@ -28,7 +30,6 @@ def demo(ctx: click.Context, delay: float) -> None:
     are untouched. The demo agent gives canned answers (it is not an AI); it
     shows what a run records: status, logs, the report, the audit chain.
     """
-    import os
 
     from commands.configure_agent import configure_agent
     from commands.create_run import create_run
@@ -39,6 +40,13 @@ def demo(ctx: click.Context, delay: float) -> None:
     from shep.identity import current_actor, host_name, process_start
     from shep.workflows import get_workflow
 
+    try:
+        tempfile.gettempdir().encode()  # the demo's home is recorded as text in events
+    except UnicodeEncodeError as e:
+        raise ShepError(
+            f"The temporary directory {os.fsencode(tempfile.gettempdir())!r} is not valid "
+            "UTF-8. Point TMPDIR at a directory whose path is valid UTF-8."
+        ) from e
     home = Path(tempfile.mkdtemp(prefix="shep-demo-"))
     home.chmod(0o700)
     repo = home / "inventory"

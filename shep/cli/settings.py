@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -92,6 +93,14 @@ def agent(
     from shep.identity import current_actor
     from shep.secrets import save_token
 
+    if binary is not None:
+        try:
+            binary.encode()  # recorded as text in AgentConfigured
+        except UnicodeEncodeError as e:
+            raise SettingsError(
+                f"Binary {os.fsencode(binary)!r} is not valid UTF-8. Rename it, or link to it "
+                "from a path that is valid UTF-8."
+            ) from e
     specs = _specs()
     if agent_type is None and auth_method is None and not token_stdin and model is None:
         if not sys.stdin.isatty():

@@ -105,3 +105,39 @@ def test_non_utf8_working_directory_is_refused(bad_dir: bytes, fake_claude: Path
     result = shep_bytes(b"run", b"analyze-repository", cwd=bad_dir)
     assert result.returncode == 2
     assert result.stderr == repo_refusal(bad_dir)
+
+
+def test_agent_binary_path_not_utf8_is_refused(tmp_path: Path) -> None:
+    """`settings agent --binary` with a non-UTF-8 path: one line, exit 2, nothing recorded."""
+    bad = os.path.join(os.fsencode(tmp_path), b"claude\xff")
+    result = subprocess.run(
+        [os.fsencode(sys.executable), b"-m", b"shep", b"settings", b"agent", b"--agent",
+         b"claude-code", b"--binary", bad],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"shep: Binary {bad!r} is not valid UTF-8. Rename it, or link to it from a path "
+        "that is valid UTF-8.\n"
+    )
+
+
+def test_demo_with_a_tmpdir_not_utf8_is_refused(tmp_path: Path) -> None:
+    """`shep demo` with TMPDIR not valid UTF-8: one line, exit 1, no traceback."""
+    bad = os.path.join(os.fsencode(tmp_path), b"tmp\xff")
+    os.mkdir(bad)
+    env = {**os.environb, b"TMPDIR": bad}
+    result = subprocess.run(
+        [os.fsencode(sys.executable), b"-m", b"shep", b"demo"],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.decode() == (
+        f"shep: The temporary directory {bad!r} is not valid UTF-8. Point TMPDIR at a "
+        "directory whose path is valid UTF-8.\n"
+    )

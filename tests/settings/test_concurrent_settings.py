@@ -18,8 +18,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 from commands.configure_agent import change_setting, configure_agent
-from events.errors import ShepError
-from events.setting_values import InvalidSettingError
+from events.errors import InvalidSettingError, ShepError
 from events.settings import SETTINGS_STREAM_ID, AgentConfigured, SettingChanged
 from events.store import EventStore
 from shep.agents import AGENT_SPECS
