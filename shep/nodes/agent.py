@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from commands.record_agent_output import OutputItem
-from commands.record_node import record_agent_session, record_node_failed
+from commands.record_node import record_agent_session
 from events.errors import AgentError, AgentSessionNotFoundError, ShepError
 from events.runs import AgentSessionRecorded, ArtifactWritten, NodeCompleted, NodeFailed, Usage
 from shep.agents import (
@@ -78,17 +78,7 @@ class AgentNodes:
             result = self._call_agent(step, state)
         except AgentError as e:
             buffer.flush()
-            record_node_failed(
-                ctx.store,
-                ctx.run_id,
-                step.name,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error_type=type(e).__name__,
-                message=str(e),
-                retryable=e.retryable,
-                epoch=ctx.epoch,
-            )
-            ctx.progress.node_finished(step.name, False, str(e))
+            ctx.fail_node(step.name, started=started, error=e, retryable=e.retryable)
             raise
         buffer.flush()
         before: list[tuple[type[Any], dict[str, Any]]] = []

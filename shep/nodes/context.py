@@ -16,7 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from commands.record_agent_output import AgentOutputBuffer
-from commands.record_node import record_node_started
+from commands.record_node import record_node_failed, record_node_started
 from commands.run_state import RunState, next_events
 from events.errors import ShepError
 from events.runs import NodeCompleted, RunCreated, RunStatus, Usage
@@ -105,6 +105,22 @@ class RunContext:
         index = phases.index(name) + 1 if name in phases else 0
         self.progress.node_started(name, index, attempt, iteration)
         return attempt
+
+    def fail_node(
+        self, name: str, *, started: float, error: Exception, retryable: bool = False
+    ) -> None:
+        """Record ``NodeFailed`` at once (fenced) and show it; the caller re-raises."""
+        record_node_failed(
+            self.store,
+            self.run_id,
+            name,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            error_type=type(error).__name__,
+            message=str(error),
+            retryable=retryable,
+            epoch=self.epoch,
+        )
+        self.progress.node_finished(name, False, str(error))
 
     def complete_node(
         self,

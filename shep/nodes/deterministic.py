@@ -6,7 +6,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from commands.record_node import record_node_failed
 from events.errors import StepFailedError
 from shep.nodes.context import RunContext, iteration_of
 from shep.workflows.base import DeterministicStep, NodeFn
@@ -22,16 +21,7 @@ def deterministic_node(ctx: RunContext, step: DeterministicStep) -> NodeFn:
         try:
             update = step.run(state, ctx.plan.repo)
         except StepFailedError as e:
-            record_node_failed(
-                ctx.store,
-                ctx.run_id,
-                step.name,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error_type=type(e).__name__,
-                message=str(e),
-                epoch=ctx.epoch,
-            )
-            ctx.progress.node_finished(step.name, False, str(e))
+            ctx.fail_node(step.name, started=started, error=e)
             raise
         ctx.complete_node(step.name, started=started)
         iterations = {**(update.get("iterations") or {}), step.name: iteration}
