@@ -18,7 +18,7 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
-from events.runs import RunResumed, RunSuspended
+from events.runs import RunCancelled, RunFailed, RunResumed, RunSuspended
 from projections.base import Batch, Projection
 
 DDL = (
@@ -33,7 +33,8 @@ DDL = (
     "CREATE INDEX IF NOT EXISTS inbox_run ON inbox (run_id, asked_at)",
 )
 
-#: Item statuses: pending until decided, then answered, granted or rejected.
+#: Item statuses: pending until decided, then answered, granted or rejected; withdrawn
+#: when its run is cancelled or fails first.
 PENDING = "pending"
 
 
@@ -114,6 +115,14 @@ def _resumed(b: Batch, event: Event) -> None:
     b.cursor.execute("UPDATE inbox SET awaited=0 WHERE run_id=? AND awaited=1", (b.stream,))
 
 
+def _ended(b: Batch, event: Event) -> None:
+    # A cancelled or failed run's open items can no longer be decided: off the inbox.
+    b.cursor.execute(
+        "UPDATE inbox SET status='withdrawn', awaited=0 WHERE run_id=? AND status='pending'",
+        (b.stream,),
+    )
+
+
 INBOX = Projection(
     name="inbox",
     ddl=DDL,
@@ -126,5 +135,7 @@ INBOX = Projection(
         ApprovalRejected: _decided,
         RunSuspended: _suspended,
         RunResumed: _resumed,
+        RunCancelled: _ended,
+        RunFailed: _ended,
     },
 )

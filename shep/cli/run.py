@@ -271,12 +271,16 @@ def _resume(
 ) -> None:
     from commands.run_state import load_run
     from events.errors import InvalidTransitionError
-    from events.runs import RunStatus
+    from events.runs import WAITING_STATUSES, RunStatus
 
     store = runtime.store()
     state = load_run(store, run_id)
     if state.status is RunStatus.RUNNING:
         state = _take_over(runtime, state, force=force)
+    if state.status in WAITING_STATUSES:
+        raise InvalidTransitionError(
+            run_id.hex, state.status.value, "resume it: it goes on once decided (`shep inbox`)"
+        )
     if state.status is not RunStatus.INTERRUPTED:
         raise InvalidTransitionError(run_id.hex, state.status.value, "resume it")
     launch(runtime, run_id, resume=True, background=background, timeout=timeout)
