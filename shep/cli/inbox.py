@@ -66,24 +66,24 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
 
 def render_item(item: dict[str, Any], now: datetime) -> str:
     """An item as a few lines of text: what is asked, where, since when, the choices."""
-    from shep.cli.render import age
+    from shep.cli.render import age, printable
 
     iteration = f" #{item['iteration']}" if item["iteration"] > 1 else ""
     head = (
         f"{item['item_id'][:8]}  {item['kind']:<8}  run {item['run_id'][:8]}  "
         f"{item['workflow']}  {item['node']}{iteration}  {age(item['asked_at'], now)}"
     )
-    lines = [head, f"    {item['prompt']}"]
+    lines = [printable(head), f"    {printable(item['prompt'])}"]
     if item["context"]:
-        lines.append(f"    {item['context']}")
+        lines.append(f"    {printable(item['context'])}")
     for option in item["options"]:
         mark = " (recommended)" if option["recommended"] else ""
-        lines.append(f"    [{option['id']}] {option['label']}{mark}")
+        lines.append(f"    [{printable(option['id'])}] {printable(option['label'])}{mark}")
     for artifact in item["artifacts"]:
-        lines.append(f"    file {artifact['path']}  sha256 {artifact['sha256'][:12]}")
+        lines.append(f"    file {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
     if item["deadline"]:
         lines.append(f"    the recommended option applies at {item['deadline'][:19]} UTC")
-    lines.append(f"    repo {item['repo']}")
+    lines.append(f"    repo {printable(item['repo'])}")
     return "\n".join(lines)
 
 
@@ -126,6 +126,7 @@ def answer(
     from commands.answer_question import answer_question
     from events.errors import InvalidAnswerError
     from projections.inbox_queries import resolve_item
+    from shep.cli.render import printable
     from shep.identity import user_actor
 
     if (text is None) == (option_id is None):
@@ -140,7 +141,8 @@ def answer(
     )
     decision = state.decision
     assert decision is not None
-    click.echo(f"Answered {item['item_id'][:8]}: {decision.answer}")  # type: ignore[union-attr]
+    answer_text = decision.answer  # type: ignore[union-attr]
+    click.echo(f"Answered {item['item_id'][:8]}: {printable(answer_text)}")
     _resume(runtime, item["run_id"], wait=wait)
 
 

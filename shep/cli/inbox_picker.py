@@ -10,7 +10,6 @@ inside the functions here (it costs ~0.15 s that ``shep status`` must not pay);
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from uuid import UUID
 
 import click
 
+from shep.cli.render import printable
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -132,19 +132,19 @@ def _ask_answer(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision |
     item_id = UUID(item["item_id"])
     if choice == _FREE_TEXT:
         text = terminal.ask_text(
-            f"{_plain(item['prompt'])}\nYour answer: ", required="The answer cannot be empty."
+            f"{printable(item['prompt'])}\nYour answer: ", required="The answer cannot be empty."
         )
         option_id, shown = None, text
     else:
         text, option_id = None, choice
-        shown = next(_plain(o["label"]) for o in options if o["id"] == choice)
+        shown = next(printable(o["label"]) for o in options if o["id"] == choice)
 
     def record() -> str:
         state = answer_question(
             runtime.store(), item_id, actor=user_actor(), text=text, option_id=option_id
         )
         recorded = getattr(state.decision, "answer", shown)
-        return f"Answered {short}: {_plain(recorded)} ({where})."
+        return f"Answered {short}: {printable(recorded)} ({where})."
 
     return _Decision(f"Answer {short} ({where}) with {shown!r}? [Y/n] ", record)
 
@@ -235,16 +235,19 @@ def _list_entries(items: Sequence[Row], now: datetime) -> list[tuple[str, str]]:
         (
             item["kind"],
             item["run_id"][:8],
-            _plain(item["workflow"]),
-            _plain(item["node"]) + (f" #{item['iteration']}" if item["iteration"] > 1 else ""),
+            printable(item["workflow"]),
+            printable(item["node"]) + (f" #{item['iteration']}" if item["iteration"] > 1 else ""),
             age(item["asked_at"], now),
-            _plain(item["prompt"]).split("\n", 1)[0],
+            printable(item["prompt"]).split("\n", 1)[0],
         )
         for item in items
     ]
     widths = [max(len(row[c]) for row in cells) for c in range(5)]
     return [
-        (item["item_id"], "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+        (
+            item["item_id"],
+            "  ".join([*(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)), row[5]]),
+        )
         for item, row in zip(items, cells, strict=True)
     ]
 
@@ -256,33 +259,28 @@ def _describe(item: Row, now: datetime) -> str:
     iteration = f" #{item['iteration']}" if item["iteration"] > 1 else ""
     lines = [
         f"{item['kind']} {item['item_id'][:8]}, run {item['run_id'][:8]} "
-        f"({_plain(item['workflow'])}), {_plain(item['node'])}{iteration}, "
+        f"({printable(item['workflow'])}), {printable(item['node'])}{iteration}, "
         f"asked {age(item['asked_at'], now)} ago",
-        _plain(item["prompt"]),
+        printable(item["prompt"]),
     ]
     if item["context"]:
-        lines.append(_plain(item["context"]))
+        lines.append(printable(item["context"]))
     for artifact in item["artifacts"]:
-        lines.append(f"file {_plain(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
+        lines.append(f"file {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
     if item["deadline"]:
         lines.append(f"The recommended option applies at {item['deadline'][:19]} UTC.")
-    lines.append(f"repo {_plain(item['repo'])}")
+    lines.append(f"repo {printable(item['repo'])}")
     lines.append(f"({_ITEM_KEYS})")
     return "\n".join(lines)
 
 
 def _option_label(option: Row) -> str:
-    label = _plain(option["label"])
+    label = printable(option["label"])
     if option["recommended"]:
         label += " (recommended)"
     if option["description"]:
-        label += f": {_plain(option['description'])}"
+        label += f": {printable(option['description'])}"
     return label
-
-
-def _plain(text: str) -> str:
-    """Text from a workflow or an agent, with control characters (escape codes) made visible."""
-    return "".join(c if c == "\n" or unicodedata.category(c) != "Cc" else "?" for c in str(text))
 
 
 class _Terminal:

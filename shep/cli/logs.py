@@ -13,7 +13,7 @@ import msgspec
 from events.runs import FINAL_STATUSES, RunStatus
 from projections.queries import get_run, list_logs, resolve_run_id
 from projections.runner import catch_up
-from shep.cli.render import short_id
+from shep.cli.render import printable, short_id
 from shep.runtime import Runtime
 
 FINAL = frozenset(s.value for s in FINAL_STATUSES)
@@ -88,4 +88,5 @@ def _text_line(row: dict[str, Any]) -> str:
         if row["tool_name"] and row["tool_name"] not in row["message"]
         else ""
     )
-    return f"{clock} {marker}{node}{row['kind']}{tool}: {row['message']}"
+    # Agent output and people's answers may hold escape codes: never replay them raw.
+    return printable(f"{clock} {marker}{node}{row['kind']}{tool}: {row['message']}")

@@ -60,3 +60,23 @@ def test_happy_path_question_then_gate(repo: Path, fake_claude: Path, agent_log:
     ]
     assert "Scope: Small: one module" in (repo / "shep-review.md").read_text()
     assert _inbox() == []
+
+
+def test_escape_codes_in_answers_never_reach_a_terminal(
+    repo: Path, fake_claude: Path, agent_log: Path
+) -> None:
+    """An answer holding terminal escape codes (another user's, in a shared log) is printed
+    by `shep answer`, `shep inbox` and `shep logs` with its control characters shown as `?`.
+    """
+    run_id = _start(repo)
+    question = _waiting_on(run_id, "question")
+    hostile = "\x1b]0;owned\x07pwn\x1b[2J"
+    answered = shep("answer", str(question["item_id"])[:8], hostile)
+    assert answered.returncode == 0, answered.stderr
+    assert "\x1b" not in answered.stdout and "\x07" not in answered.stdout
+    assert "?]0;owned?pwn?[2J" in answered.stdout
+    _waiting_on(run_id, "approval")
+    listing = shep("inbox", "--run", run_id[:8], check=True).stdout
+    assert "\x1b" not in listing and "?]0;owned?pwn" in listing
+    logs = shep("logs", run_id[:8], check=True).stdout
+    assert "\x1b" not in logs and "\x07" not in logs
