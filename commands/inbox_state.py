@@ -111,7 +111,14 @@ def append_decision(
             f"Run {run.run_id.hex[:8]} is {run.status.value}; item {item_id.hex[:8]} can no "
             "longer be decided."
         )
-    event = decision(originator_id=item_id, originator_version=2, timestamp=utc_now(), **fields)
+    event = decision(
+        originator_id=item_id,
+        originator_version=2,
+        timestamp=utc_now(),
+        run_id=state.asked.run_id,
+        node=state.asked.node,
+        **fields,
+    )
     try:
         store.append([event])
     except ConcurrencyError:

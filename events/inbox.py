@@ -63,6 +63,8 @@ class QuestionAnswered(Event, frozen=True, kw_only=True):
     answer: str
     actor: str
     option_id: str | None = None
+    run_id: UUID | None = None
+    node: str | None = None
 
 
 class ApprovalRequested(Event, frozen=True, kw_only=True):
@@ -88,6 +90,8 @@ class ApprovalGranted(Event, frozen=True, kw_only=True):
     actor: str
     rationale: str = ""
     policy: str | None = None
+    run_id: UUID | None = None
+    node: str | None = None
 
 
 class ApprovalRejected(Event, frozen=True, kw_only=True):
@@ -96,6 +100,8 @@ class ApprovalRejected(Event, frozen=True, kw_only=True):
     actor: str
     rationale: str = ""
     policy: str | None = None
+    run_id: UUID | None = None
+    node: str | None = None
 
 
 def notification_stream_id(item_id: UUID) -> UUID:

@@ -69,8 +69,8 @@ def _requested(b: Batch, event: Event) -> None:
     artifacts = [{"path": a.path, "sha256": a.sha256} for a in event.artifacts]
     b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, phase, artifacts, "
-        "interrupt_id, status, asked_at) "
-        "VALUES (?, 'approval', ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+        "free_text, interrupt_id, status, asked_at) "
+        "VALUES (?, 'approval', ?, ?, ?, ?, ?, ?, 0, ?, 'pending', ?)",
         (
             b.stream,
             event.run_id.hex,

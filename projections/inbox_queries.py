@@ -103,13 +103,25 @@ def resolve_item(conn: apsw.Connection, ref: str, *, kind: str | None = None) ->
         raise ItemRefError(f"No inbox item or run {ref!r}. List them with `shep inbox`.")
     if len(runs) > 1:
         raise ItemRefError(f"{ref!r} matches several runs; type more of its id.")
-    pending = [r for r in list_inbox(conn, run_id=runs[0]) if kind is None or r["kind"] == kind]
+    every = list_inbox(conn, run_id=runs[0])
+    pending = [r for r in every if kind is None or r["kind"] == kind]
+    if not pending and every:
+        other = every[0]
+        verb = "`shep answer`" if other["kind"] == "question" else "`shep approve` or `shep reject`"
+        raise ItemRefError(
+            f"Run {runs[0][:8]} waits for {_article(other['kind'])} ({other['item_id'][:8]}), "
+            f"not {_article(kind or '')}: use {verb}."
+        )
     if len(pending) != 1:
         what = f"pending {kind} items" if kind else "pending items"
         listing = ", ".join(r["item_id"][:8] for r in pending)
         detail = f": {listing}; name one" if pending else ""
         raise ItemRefError(f"Run {runs[0][:8]} has {len(pending)} {what}{detail}.")
     return pending[0]
+
+
+def _article(kind: str) -> str:
+    return "an approval" if kind == "approval" else "a question"
 
 
 def count_pending(conn: apsw.Connection) -> int:

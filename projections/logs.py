@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from events.base import Event
-from events.inbox import NotificationFailed, NotificationSent
+from events.inbox import (
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalRequested,
+    NotificationFailed,
+    NotificationSent,
+    QuestionAnswered,
+    QuestionAsked,
+)
 from events.runs import (
     AgentOutputRecorded,
     AgentSessionRecorded,
@@ -50,7 +58,8 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
         return "run.resumed", None, f"resumed by pid {event.pid} on {event.host}"
     if isinstance(event, NodeStarted):
         attempt = f" (attempt {event.attempt})" if event.attempt > 1 else ""
-        return "node.started", event.node, f"{event.node} started{attempt}"
+        iteration = f" #{event.iteration}" if event.iteration > 1 else ""
+        return "node.started", event.node, f"{event.node}{iteration} started{attempt}"
     if isinstance(event, AgentSessionRecorded):
         return "agent.session", event.node, f"agent session {event.agent_session_id}"
     if isinstance(event, NodeCompleted):
@@ -87,6 +96,25 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
         return "run.completed", None, f"completed in {event.duration_ms / 1000:.1f}s"
     if isinstance(event, RunFailed):
         return "run.failed", event.node, f"failed: {event.error_type}: {event.message}"
+    if isinstance(event, QuestionAsked):
+        return (
+            "question.asked",
+            event.node,
+            f"asked {event.originator_id.hex[:8]}: {event.question}",
+        )
+    if isinstance(event, ApprovalRequested):
+        return (
+            "approval.requested",
+            event.node,
+            f"approval {event.originator_id.hex[:8]} requested: {event.summary}",
+        )
+    if isinstance(event, QuestionAnswered):
+        return "question.answered", event.node, f"answered by {event.actor}: {event.answer}"
+    if isinstance(event, ApprovalGranted):
+        why = f": {event.rationale}" if event.rationale else ""
+        return "approval.granted", event.node, f"approved by {event.actor}{why}"
+    if isinstance(event, ApprovalRejected):
+        return "approval.rejected", event.node, f"rejected by {event.actor}: {event.rationale}"
     if isinstance(event, NotificationSent):
         return "notification.sent", None, f"notified: {event.command}"
     if isinstance(event, NotificationFailed):
@@ -124,9 +152,22 @@ _LOGGED: tuple[type[Event], ...] = (
 )
 
 
-def _log_notification(b: Batch, event: Event) -> None:
-    """A notification is on its item's stream: it is logged under the run it names."""
-    assert isinstance(event, NotificationSent | NotificationFailed)
+_ITEM_EVENTS = (
+    QuestionAsked,
+    ApprovalRequested,
+    QuestionAnswered,
+    ApprovalGranted,
+    ApprovalRejected,
+    NotificationSent,
+    NotificationFailed,
+)
+
+
+def _log_item(b: Batch, event: Event) -> None:
+    """Inbox items, decisions and notifications are on the item's stream: they are logged
+    under the run they name.
+    """
+    assert isinstance(event, _ITEM_EVENTS)
     if event.run_id is None:
         return
     kind, node, message = describe(event)
@@ -147,8 +188,7 @@ def _log_notification(b: Batch, event: Event) -> None:
 
 _HANDLERS: dict[type[Event], Handler] = {
     **dict.fromkeys(_LOGGED, _log),
-    NotificationSent: _log_notification,
-    NotificationFailed: _log_notification,
+    **dict.fromkeys(_ITEM_EVENTS, _log_item),
 }
 
 LOGS = Projection(name="logs", ddl=DDL, tables=("logs",), handlers=_HANDLERS)

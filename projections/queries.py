@@ -105,7 +105,7 @@ def list_nodes(conn: apsw.Connection, run_id: str) -> list[Row]:
         conn.execute(
             "SELECT node, status, kind, iteration, attempt, started_at, finished_at, duration_ms, "
             "agent_session_id, input_tokens, output_tokens, cost_usd, error "
-            "FROM nodes WHERE run_id=? ORDER BY started_at IS NULL, started_at, node",
+            "FROM nodes WHERE run_id=? ORDER BY started_at IS NULL, started_at, seq, node",
             (run_id,),
         )
     )

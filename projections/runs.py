@@ -39,6 +39,7 @@ DDL = (
     "run_id TEXT NOT NULL, node TEXT NOT NULL, status TEXT NOT NULL, "
     "kind TEXT NOT NULL DEFAULT 'agent', iteration INTEGER NOT NULL DEFAULT 1, "
     "completions INTEGER NOT NULL DEFAULT 0, phase INTEGER NOT NULL DEFAULT 0, "
+    "seq INTEGER NOT NULL DEFAULT 1000000, "
     "attempt INTEGER NOT NULL DEFAULT 1, started_at TEXT, finished_at TEXT, duration_ms INTEGER, "
     "agent_session_id TEXT, input_tokens INTEGER NOT NULL DEFAULT 0, "
     "output_tokens INTEGER NOT NULL DEFAULT 0, cost_usd REAL, error TEXT, "
@@ -83,8 +84,8 @@ def _created(b: Batch, event: Event) -> None:
         ),
     )
     b.cursor.executemany(
-        "INSERT OR IGNORE INTO nodes (run_id, node, status, phase) VALUES (?,?,'pending',1)",
-        [(b.stream, node) for node in event.node_names],
+        "INSERT OR IGNORE INTO nodes (run_id, node, status, phase, seq) VALUES (?,?,'pending',1,?)",
+        [(b.stream, node, seq) for seq, node in enumerate(event.node_names)],
     )
 
 
@@ -224,6 +225,10 @@ def _suspended(b: Batch, event: Event) -> None:
     assert isinstance(event, RunSuspended)
     status = RunStatus.WAITING_APPROVAL if event.approval else RunStatus.WAITING_ANSWER
     _update(b, "status=?, current_node=NULL", status.value)
+    # The question or gate nodes asked: waiting for people, not running.
+    b.cursor.execute(
+        "UPDATE nodes SET status='waiting' WHERE run_id=? AND status='running'", (b.stream,)
+    )
     _touch(b, event)
 
 

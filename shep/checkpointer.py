@@ -124,6 +124,7 @@ from events.store import EventStore
 from projections.checkpoints import (
     CheckpointRow,
     MetadataRow,
+    ReadSnapshot,
     WriteRow,
     get_checkpoint_row,
     get_newest_checkpoint_id,
@@ -134,7 +135,6 @@ from projections.checkpoints import (
     list_stream_checkpoints,
     list_stream_writes,
     list_writes,
-    read_snapshot,
 )
 from projections.database import open_database
 from projections.runner import catch_up
@@ -546,7 +546,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         with self._state.read_lock:
             conn = self._connection()
             try:
-                with read_snapshot(conn):
+                with ReadSnapshot(conn):
                     found = get_checkpoint_row(conn, stream, checkpoint_ns, checkpoint_id)
                     if found is None:
                         return None

@@ -126,7 +126,7 @@ def item_payload(item: ItemState, run: RunCreated | None, home: Path) -> dict[st
             "context": asked.context,
             "options": [msgspec.to_builtins(o) for o in asked.options],
             "free_text": asked.free_text,
-            "phase": "",
+            "phase": None,
             "artifacts": [],
             "deadline": asked.deadline,
             "commands": {

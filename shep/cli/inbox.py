@@ -166,7 +166,9 @@ def approve(runtime: Runtime, item_ref: str, comment: str, as_: str | None, wait
 
 @click.command()
 @click.argument("item_ref", metavar="ITEM|RUN")
-@click.option("--reason", required=True, help="Why: the agent gets it when the phase re-runs.")
+@click.option(
+    "--reason", default="", help="Why (required): the agent gets it when the phase re-runs."
+)
 @_AS
 @_WAIT
 @click.pass_obj

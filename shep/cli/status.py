@@ -117,7 +117,7 @@ def _render_detail(run: dict[str, Any]) -> str:
         f"progress  {run['completed_nodes']}/{run['total_nodes']} nodes",
         f"created   {run['created_at']} ({age(run['created_at'], now)} ago) by {run['created_by']}",
     ]
-    if run["last_heartbeat"]:
+    if run["last_heartbeat"] and run["status"] == RunStatus.RUNNING:
         lines.append(
             f"heartbeat {age(run['last_heartbeat'], now)} ago "
             f"from pid {run['pid']} on {run['host']}"

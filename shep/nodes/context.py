@@ -99,12 +99,16 @@ class RunContext:
             kind=kind,
             epoch=self.epoch,
         )
+        self.show_node(name, iteration, attempt)
+        return attempt
+
+    def show_node(self, name: str, iteration: int, attempt: int = 1) -> None:
+        """Make ``name`` the node the heartbeat and the progress display report."""
         with self.live.lock:
             self.live.node, self.live.activity = name, None
         phases = self.plan.workflow.node_names
         index = phases.index(name) + 1 if name in phases else 0
         self.progress.node_started(name, index, attempt, iteration)
-        return attempt
 
     def fail_node(
         self, name: str, *, started: float, error: Exception, retryable: bool = False

@@ -45,6 +45,7 @@ def question_node(ctx: RunContext, step: QuestionStep) -> NodeFn:
                 "default_after": question.default_after,
             }
         )
+        ctx.show_node(step.name, iteration)
         ctx.complete_node(step.name, started=time.monotonic())
         return {"answers": {step.name: str(value["answer"])}, "iterations": {step.name: iteration}}
 
@@ -78,6 +79,7 @@ def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
                 "artifacts": artifacts,
             }
         )
+        ctx.show_node(step.name, iteration)
         ctx.complete_node(step.name, started=time.monotonic())
         approved = bool(value["approved"])
         return {

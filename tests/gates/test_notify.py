@@ -146,7 +146,7 @@ def test_each_new_item_is_written_to_the_command_as_one_json_object(
             {"id": "large", "label": "Large", "description": "Every module", "recommended": False},
         ],
         "free_text": True,
-        "phase": "",
+        "phase": None,
         "artifacts": [],
         "commands": {
             "answer": {
