@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
 }
 
 INTERNAL_ERROR_EXIT = 70
+_INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: Commands that must not touch the store before they run.
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
 _NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit"})
@@ -89,8 +90,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.call_on_close(ctx.obj.close)
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
         ctx.obj.check_orphans()
-        # `shep inbox` lists the items itself; every other command mentions them.
-        ctx.obj.check_inbox(notice=ctx.invoked_subcommand != "inbox")
+        # The inbox commands show or decide the items themselves; the others mention them.
+        ctx.obj.check_inbox(notice=ctx.invoked_subcommand not in _INBOX_COMMANDS)
 
 
 def _debug_requested(argv: list[str]) -> bool:
