@@ -24,7 +24,6 @@ import contextlib
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -37,6 +36,7 @@ from commands.inbox_state import load_item, resume_value
 from commands.mark_interrupted import mark_interrupted
 from commands.run_state import load_run
 from commands.suspend_run import Ask, suspend_run
+from events.base import utc_now
 from events.errors import (
     AgentError,
     ConcurrencyError,
@@ -91,7 +91,6 @@ class Runner:
         self.host = host_name()
         self.epoch = 0
         self.asked: list[UUID] = []
-        self._started = time.monotonic()
         #: Set when an append was refused: the run is no longer ours to write.
         self._ended = threading.Event()
 
@@ -222,7 +221,8 @@ class Runner:
         state = load_run(self.store, self.run_id)
         if state.status is not RunStatus.RUNNING or state.epoch != self.epoch:
             return self._gone()
-        elapsed = int((time.monotonic() - self._started) * 1000)
+        # The run's whole life, waits for people included, not this worker's share.
+        elapsed = int((utc_now() - self.plan.created_at).total_seconds() * 1000)
         return complete_run(self.store, self.run_id, duration_ms=elapsed, epoch=self.epoch).status
 
     def _fail(self, error_type: str, message: str) -> RunStatus:

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -35,6 +36,7 @@ class RunPlan:
     repo: Path
     model: str | None
     inputs: dict[str, str]
+    created_at: datetime
 
     @classmethod
     def load(cls, store: EventStore, run_id: UUID) -> RunPlan:
@@ -49,6 +51,7 @@ class RunPlan:
             Path(created.repo),
             created.model,
             dict(created.inputs),
+            created.timestamp,
         )
 
 
