@@ -87,7 +87,7 @@ def connect(
         else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )
     conn = (
-        _open_read_only(str(path), flags, salvage=salvage)
+        _open_read_only(str(path), flags, salvage=salvage, busy_timeout_ms=busy_timeout_ms)
         if readonly
         else apsw.Connection(str(path), flags=flags)
     )
@@ -118,7 +118,9 @@ def _use_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
             time.sleep(0.01)
 
 
-def _open_read_only(path: str, flags: int, *, salvage: bool) -> apsw.Connection:
+def _open_read_only(
+    path: str, flags: int, *, salvage: bool, busy_timeout_ms: int
+) -> apsw.Connection:
     """A read-only connection, also to a store in a directory no one may write.
 
     SQLite reads a WAL database through its -shm file, which it must create when
@@ -127,6 +129,8 @@ def _open_read_only(path: str, flags: int, *, salvage: bool) -> apsw.Connection:
     then opened as immutable: read as it is, without a -shm file.
     """
     conn = _salvaging(apsw.Connection(path, flags=flags), salvage)
+    # Before the first read: a writer closing the store holds a lock for a moment.
+    conn.setbusytimeout(busy_timeout_ms)
     try:
         conn.execute("PRAGMA schema_version").fetchall()
     except apsw.CantOpenError:

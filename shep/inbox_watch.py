@@ -85,7 +85,9 @@ def _resume(runtime: Runtime, run_hex: str) -> None:
     from shep.cli.run import launch
 
     with contextlib.suppress(InvalidTransitionError):
-        launch(runtime, UUID(run_hex), resume=True, background=True, timeout=None, quiet=True)
+        pid = launch(runtime, UUID(run_hex), resume=True, background=True, timeout=None, quiet=True)
+        if pid is not None:
+            runtime.resumed[run_hex] = pid
 
 
 def notice_enabled(conn: apsw.Connection) -> bool:

@@ -39,6 +39,8 @@ class Runtime:
         self.debug = debug
         self._read: apsw.Connection | None = None
         self._store: EventStore | None = None
+        #: Runs (hex ids) this invocation started a worker for before its own work.
+        self.resumed: dict[str, int] = {}
 
     @classmethod
     def from_environment(cls, *, debug: bool = False) -> Runtime:

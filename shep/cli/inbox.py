@@ -210,14 +210,22 @@ def _resume(runtime: Runtime, run_hex: str, *, wait: bool) -> None:
     """Resume the run now that it has a decision, unless a worker already runs it."""
     from commands.run_state import load_run
     from events.errors import InvalidTransitionError
-    from events.runs import WAITING_STATUSES
+    from events.runs import WAITING_STATUSES, RunStatus
     from shep.cli.run import launch
 
     run_id = UUID(run_hex)
     state = load_run(runtime.store(), run_id)
+    if state.status is RunStatus.INTERRUPTED:
+        short = run_hex[:8]
+        click.echo(
+            f"Run {short} is interrupted; it goes on with this decision once you "
+            f"`shep resume {short}`.",
+            err=True,
+        )
+        return
     if state.status not in WAITING_STATUSES:
-        # Running: its worker takes the decision before it waits again. Interrupted:
-        # `shep resume` will. Ended: nothing to resume.
+        # Running: its worker takes the decision before it waits again. Ended: nothing
+        # to resume.
         return
     try:
         launch(runtime, run_id, resume=True, background=not wait, timeout=None, quiet=True)

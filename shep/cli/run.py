@@ -275,6 +275,14 @@ def _resume(
 
     store = runtime.store()
     state = load_run(store, run_id)
+    if state.status is RunStatus.RUNNING and run_id.hex in runtime.resumed:
+        # This very command found the run's decision unacted on and resumed it.
+        click.echo(
+            f"Run {run_id.hex[:8]} resumed with its decision in worker "
+            f"{runtime.resumed[run_id.hex]}.",
+            err=True,
+        )
+        return
     if state.status is RunStatus.RUNNING:
         state = _take_over(runtime, state, force=force)
     if state.status in WAITING_STATUSES:
@@ -337,10 +345,9 @@ def launch(
     background: bool,
     timeout: float | None,
     quiet: bool = False,
-) -> None:
-    """Start (or resume) the run: in a detached worker, or in this process.
-
-    A background start prints the run id on stdout (for scripts) unless ``quiet``.
+) -> int | None:
+    """Start (or resume) the run: in a detached worker (its pid is returned), or in this
+    process. A background start prints the run id on stdout (for scripts) unless ``quiet``.
     """
     if background:
         from commands.fail_run import fail_run
@@ -381,8 +388,9 @@ def launch(
             f"`shep logs {run_id.hex[:8]} --follow`.",
             err=True,
         )
-        return
+        return pid
     execute_run(runtime, run_id, resume=resume, background=False, timeout=timeout)
+    return None
 
 
 def execute_run(
