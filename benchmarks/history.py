@@ -1,4 +1,9 @@
-"""Synthetic, realistic histories for benchmarks, appended in large batches."""
+"""Synthetic, realistic histories for benchmarks, appended in large batches.
+
+Most runs completed; one in ``active_every`` was interrupted; with
+``waiting_every``, one in that many waits for a person: a question or an
+approval gate (alternately), recorded as ``commands.suspend_run`` records it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,13 @@ from datetime import timedelta
 from uuid import UUID, uuid4
 
 from events.base import Event, utc_now
+from events.inbox import (
+    ApprovalRequested,
+    ArtifactRef,
+    QuestionAsked,
+    QuestionOption,
+    item_stream_id,
+)
 from events.runs import (
     AgentOutputRecorded,
     HeartbeatRecorded,
@@ -17,11 +29,14 @@ from events.runs import (
     RunCreated,
     RunInterrupted,
     RunStarted,
+    RunSuspended,
     Usage,
 )
 from events.store import EventStore
 
 NODES = ["scan", "dependencies", "patterns", "report"]
+#: A gated workflow's nodes: a waiting run completed ``draft`` and waits at ``review``.
+GATED_NODES = ["draft", "review", "finish"]
 
 
 def run_events(
@@ -79,6 +94,90 @@ def run_events(
         yield nxt(RunInterrupted, reason="worker gone")
 
 
+def waiting_run_events(
+    run_id: UUID, events_per_run: int, rng: random.Random, *, approval: bool
+) -> Iterator[Event]:
+    """A run that did its agent step and now waits at a question or an approval gate.
+
+    Created, started (epoch 1), ``draft`` with agent output and heartbeats,
+    then what ``suspend_run`` appends in one transaction: the item (version 1
+    of its own stream, id from the run and the interrupt), ``NodeStarted`` of
+    the asking node with its kind, and ``RunSuspended`` on the item.
+    """
+    start = utc_now()
+    version = 0
+    tick = 0
+
+    def nxt(cls: type[Event], **fields: object) -> Event:
+        nonlocal version, tick
+        version += 1
+        if cls is not AgentOutputRecorded or version % 10 == 0:
+            tick += 1
+        moment = start + timedelta(milliseconds=tick)
+        return cls(originator_id=run_id, originator_version=version, timestamp=moment, **fields)
+
+    yield nxt(
+        RunCreated,
+        workflow="gated-review",
+        agent_type="claude-code",
+        repo=f"/repos/{rng.randrange(20)}",
+        node_names=GATED_NODES,
+        created_by="bench@host",
+    )
+    yield nxt(RunStarted, pid=rng.randrange(1000, 60000), host="host", epoch=1)
+    yield nxt(NodeStarted, node="draft")
+    for i in range(max(0, events_per_run - 7)):
+        if i % 25 == 24:
+            yield nxt(HeartbeatRecorded, pid=1, host="host", node="draft", tokens_so_far=i)
+        else:
+            yield nxt(
+                AgentOutputRecorded,
+                node="draft",
+                kind="text",
+                text=f"Drafting change {i}: which modules it touches and why.",
+            )
+    yield nxt(
+        NodeCompleted,
+        node="draft",
+        duration_ms=rng.randrange(100, 90000),
+        usage=Usage(input_tokens=1000, output_tokens=500, cost_usd=0.01),
+    )
+    interrupt_id = f"{rng.getrandbits(128):032x}"
+    item_id = item_stream_id(run_id, interrupt_id)
+    tick += 1
+    asked = start + timedelta(milliseconds=tick)
+    if approval:
+        yield ApprovalRequested(
+            originator_id=item_id,
+            originator_version=1,
+            timestamp=asked,
+            run_id=run_id,
+            node="review",
+            summary="Draft ready: a change plan for the storage layer",
+            phase="draft",
+            artifacts=[ArtifactRef(path="shep-review.md", sha256=f"{rng.getrandbits(256):064x}")],
+            interrupt_id=interrupt_id,
+        )
+    else:
+        yield QuestionAsked(
+            originator_id=item_id,
+            originator_version=1,
+            timestamp=asked,
+            run_id=run_id,
+            node="review",
+            question="How large should the change be?",
+            options=[
+                QuestionOption(id="small", label="Small: one module", recommended=True),
+                QuestionOption(id="large", label="Large: the whole package"),
+            ],
+            context="The draft is ready; the scope decides what finish touches.",
+            interrupt_id=interrupt_id,
+        )
+    kind = "approval" if approval else "question"
+    yield nxt(NodeStarted, node="review", kind=kind)
+    yield nxt(RunSuspended, item_ids=[item_id], approval=approval)
+
+
 def write_history(
     store: EventStore,
     runs: int,
@@ -87,13 +186,24 @@ def write_history(
     seed: int = 1,
     batch: int = 2000,
     active_every: int = 50,
+    waiting_every: int = 0,
 ) -> int:
-    """Append ``runs`` runs of about ``events_per_run`` events each; return the event count."""
+    """Append ``runs`` runs of about ``events_per_run`` events each; return the event count.
+
+    With ``waiting_every``, every ``waiting_every``-th run waits for a person
+    (questions and approvals alternate) instead of being finished or interrupted.
+    """
     rng = random.Random(seed)
     pending: list[Event] = []
     total = 0
+    waiting = 0
     for i in range(runs):
-        pending.extend(run_events(uuid4(), events_per_run, rng, finish=i % active_every != 0))
+        if waiting_every and i % waiting_every == waiting_every - 1:
+            events = waiting_run_events(uuid4(), events_per_run, rng, approval=waiting % 2 == 1)
+            waiting += 1
+        else:
+            events = run_events(uuid4(), events_per_run, rng, finish=i % active_every != 0)
+        pending.extend(events)
         if len(pending) >= batch:
             store.append(pending)
             total += len(pending)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,10 +39,10 @@ RAW_TABLE = (
 )
 
 
-def _heartbeat(stream: object, version: int) -> HeartbeatRecorded:
+def _heartbeat(stream: UUID, version: int) -> HeartbeatRecorded:
     return HeartbeatRecorded(
         originator_id=stream,
-        originator_version=version,  # type: ignore[arg-type]
+        originator_version=version,
         timestamp=utc_now(),
         pid=1234,
         host="bench-host",
@@ -143,33 +144,101 @@ def bench_rebuild(db: Path, rounds: int) -> dict[str, float]:
     }
 
 
-def _wall(cmd: list[str], env: dict[str, str]) -> float:
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of running ``cmd`` to its end.
+
+    The CPU time is what the machine's other work cannot inflate much: on a
+    loaded machine it says where the time goes when the wall time wanders.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def _wall(cmd: list[str], env: dict[str, str]) -> float:
+    return _timed(cmd, env)[0]
+
+
+def _compile_sources(*files: Path) -> None:
+    """Write bytecode for our packages (and ``files``), as an install of shep would.
+
+    An installed shep has bytecode (pip compiles it), like the baselines' libraries.
+    From a source checkout under PYTHONDONTWRITEBYTECODE=1 every run would compile
+    our modules again.
+    """
+    import compileall
+    import py_compile
+
+    for package in ("shep", "commands", "events", "projections"):
+        compileall.compile_dir(ROOT / package, quiet=2)
+    for file in files:
+        py_compile.compile(str(file), doraise=True)
+
+
+#: The baseline of the read commands: the libraries any shep command imports.
+CLI_BASELINE = [sys.executable, "-c", "import click, apsw, msgspec"]
+
+
+def _cold_ratio(
+    cmd: list[str], env: dict[str, str], rounds: int
+) -> tuple[float, float, float, float]:
+    """Median wall and CPU times of ``cmd`` and of ``CLI_BASELINE``, interleaved, after a
+    warm-up: (wall, baseline wall, CPU, baseline CPU).
+    """
+    _wall(cmd, env)  # warm the page cache (and catch the projections up) for both sides
+    _wall(CLI_BASELINE, env)
+    ours: list[tuple[float, float]] = []
+    base: list[tuple[float, float]] = []
+    for _ in range(rounds):
+        ours.append(_timed(cmd, env))
+        base.append(_timed(CLI_BASELINE, env))
+    return (
+        statistics.median(w for w, _ in ours),
+        statistics.median(w for w, _ in base),
+        statistics.median(c for _, c in ours),
+        statistics.median(c for _, c in base),
+    )
 
 
 def bench_status_cold(home: Path, runs: int, events: int, rounds: int) -> dict[str, float]:
     """Wall time of `shep status` on a big store over `python -c "import click, apsw, msgspec"`."""
     env = {**os.environ, "SHEP_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    # An installed shep has bytecode (pip compiles it), like the baseline's libraries.
-    # From a source checkout under PYTHONDONTWRITEBYTECODE=1 every run would compile
-    # our modules again; compile them once, as an install would.
-    import compileall
-
-    for package in ("shep", "commands", "events", "projections"):
-        compileall.compile_dir(ROOT / package, quiet=2)
-    status = [sys.executable, "-m", "shep", "status"]
-    base = [sys.executable, "-c", "import click, apsw, msgspec"]
-    _wall(status, env)  # warm the page cache for both sides alike
-    _wall(base, env)
-    ours, baseline = _interleaved(lambda: _wall(status, env), lambda: _wall(base, env), rounds)
+    _compile_sources()
+    ours, baseline, _, _ = _cold_ratio([sys.executable, "-m", "shep", "status"], env, rounds)
     return {
         "status_runs": runs,
         "status_events": events,
         "status_cold_s": round(ours, 4),
         "status_baseline_s": round(baseline, 4),
         "status_cold_ratio": round(ours / baseline, 3),
+    }
+
+
+def bench_inbox_cold(home: Path, runs: int, waiting: int, rounds: int) -> dict[str, float]:
+    """Wall time of `shep inbox --json` with ``waiting`` of ``runs`` runs waiting, each on a
+    pending question or gate, over `python -c "import click, apsw, msgspec"`.
+    """
+    with EventStore(home / "shep.db") as store:
+        events = write_history(store, runs, 103, seed=2, waiting_every=runs // waiting)
+    env = {**os.environ, "SHEP_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    _compile_sources()
+    inbox = [sys.executable, "-m", "shep", "inbox", "--json"]
+    ours, baseline, cpu, baseline_cpu = _cold_ratio(inbox, env, rounds)
+    listed = subprocess.run(inbox, check=True, env=env, capture_output=True, text=True).stdout
+    items = json.loads(listed)
+    if len(items) != waiting:
+        raise AssertionError(f"shep inbox listed {len(items)} items, not {waiting}")
+    return {
+        "inbox_runs": runs,
+        "inbox_waiting": waiting,
+        "inbox_events": events,
+        "inbox_cold_s": round(ours, 4),
+        "inbox_baseline_s": round(baseline, 4),
+        "inbox_cold_ratio": round(ours / baseline, 3),
+        "inbox_cpu_ratio": round(cpu / baseline_cpu, 3),
     }
 
 
@@ -200,8 +269,12 @@ def bench_follow_latency(home: Path, samples: int) -> dict[str, float]:
         marker = f"marker-{i}"
         sent = time.perf_counter()
         record_agent_output(store, run_id, "a", [OutputItem(kind="text", text=marker)])
-        while marker not in follower.stdout.readline():
-            pass
+        while True:
+            line = follower.stdout.readline()
+            if not line:  # the follower died: fail rather than spin forever
+                raise AssertionError(f"shep logs --follow exited ({follower.wait()})")
+            if marker in line:
+                break
         latencies.append((time.perf_counter() - sent) * 1000)
         time.sleep(0.05)
     follower.kill()
@@ -209,6 +282,159 @@ def bench_follow_latency(home: Path, samples: int) -> dict[str, float]:
     return {
         "follow_latency_ms": round(statistics.median(latencies), 1),
         "follow_latency_p90_ms": round(sorted(latencies)[int(len(latencies) * 0.9) - 1], 1),
+    }
+
+
+class _GatedRuns:
+    """Runs of ``real-gate`` (agent, gate, agent) with the fake claude, in one SHEP_HOME.
+
+    The workflow comes from tests/integration/gate_workflows.py (SHEP_WORKFLOW_MODULES);
+    the agent is tests/runtime/fake_claude.py, which answers at once.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        from tests.runtime.chaos import FAKE
+
+        self.home = workdir / "home"
+        self.home.mkdir(parents=True, mode=0o700)
+        self.repo = workdir / "repo"
+        (self.repo / "src").mkdir(parents=True)
+        (self.repo / "src" / "main.py").write_text("print('hi')\n")
+        binary = workdir / "bin" / "claude"
+        binary.parent.mkdir()
+        binary.write_text(f"#!{sys.executable}\n" + FAKE.read_text())
+        binary.chmod(0o755)
+        self.env = {
+            **os.environ,
+            "SHEP_HOME": str(self.home),
+            "SHEP_WORKFLOW_MODULES": "tests.integration.gate_workflows",
+            "PYTHONPATH": str(ROOT),
+            "FAKE_DELAY": "0",
+            "PATH": f"{binary.parent}{os.pathsep}{os.environ['PATH']}",
+        }
+        self.shep("settings", "agent", "--agent", "claude-code", "--binary", str(binary))
+        self.store = EventStore(self.home / "shep.db")
+
+    def shep(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "shep", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"shep {' '.join(args)}: {done.stderr}")
+        return done.stdout
+
+    def wait_for(self, run_id: UUID, what: Callable[[object], bool], timeout: float = 60) -> object:
+        """Poll the run's stream (every ms or so) until an event matches ``what``; return it."""
+        from events.runs import RunFailed
+
+        deadline = time.perf_counter() + timeout
+        seen = 0
+        while time.perf_counter() < deadline:
+            for event in self.store.load(run_id, after_version=seen):
+                seen = event.originator_version
+                if isinstance(event, RunFailed):
+                    raise AssertionError(f"run {run_id.hex} failed: {event.message}")
+                if what(event):
+                    return event
+            time.sleep(0.001)
+        raise AssertionError(f"run {run_id.hex}: nothing matched within {timeout}s")
+
+    def wait_worker_gone(self, run_id: UUID) -> None:
+        """Wait until the run's latest worker process has exited."""
+        from events.runs import RunResumed, RunStarted
+        from shep.recovery import pid_alive
+
+        pids = [e.pid for e in self.store.load(run_id) if isinstance(e, RunStarted | RunResumed)]
+        deadline = time.perf_counter() + 30
+        while pids and pid_alive(pids[-1]) and time.perf_counter() < deadline:
+            time.sleep(0.01)
+
+    def to_gate(self) -> UUID:
+        """Start a run in the background; return once it waits at its gate with no worker."""
+        from events.runs import RunSuspended
+
+        run_id = UUID(
+            self.shep("run", "real-gate", "--repo", str(self.repo), "--background").strip()
+        )
+        self.wait_for(run_id, lambda e: isinstance(e, RunSuspended))
+        self.wait_worker_gone(run_id)
+        return run_id
+
+    def approve(self, run_id: UUID) -> tuple[float, float, float]:
+        """`shep approve` the run's gate: (seconds the command took, seconds from its
+        return to apply's NodeStarted in the log, CPU seconds the resumed worker had
+        used by then).
+        """
+        from events.runs import NodeStarted, RunCompleted, RunResumed
+
+        start = time.perf_counter()
+        self.shep("approve", run_id.hex)
+        returned = time.perf_counter()
+        self.wait_for(run_id, lambda e: isinstance(e, NodeStarted) and e.node == "apply")
+        resumed = time.perf_counter()
+        worker = [e for e in self.store.load(run_id) if isinstance(e, RunResumed)][-1].pid
+        cpu = _process_cpu(worker)
+        self.wait_for(run_id, lambda e: isinstance(e, RunCompleted))
+        self.wait_worker_gone(run_id)
+        return returned - start, resumed - returned, cpu
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    # utime and stime are fields 14 and 15; the fields after the name start at 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_approve_to_resume(workdir: Path, samples: int) -> dict[str, float]:
+    """From `shep approve` returning to the resumed run's next node started (its
+    ``NodeStarted`` in the log), over the wall time of `python -c "import langgraph.graph"`.
+    """
+    _compile_sources(
+        ROOT / "tests" / "__init__.py",
+        ROOT / "tests" / "integration" / "__init__.py",
+        ROOT / "tests" / "integration" / "gate_workflows.py",
+    )
+    runs = _GatedRuns(workdir)
+    base = [sys.executable, "-c", "import langgraph.graph"]
+    _wall(base, runs.env)  # warm the page cache for both sides alike
+    runs.approve(runs.to_gate())
+    approve_s: list[float] = []
+    resume_s: list[float] = []
+    worker_cpu: list[float] = []
+    base_s: list[float] = []
+    base_cpu: list[float] = []
+    for _ in range(samples):
+        run_id = runs.to_gate()
+        wall, cpu = _timed(base, runs.env)
+        base_s.append(wall)
+        base_cpu.append(cpu)
+        took, resumed, used = runs.approve(run_id)
+        approve_s.append(took)
+        resume_s.append(resumed)
+        worker_cpu.append(used)
+    runs.store.close()
+    ours, baseline = statistics.median(resume_s), statistics.median(base_s)
+    cpu, baseline_cpu = statistics.median(worker_cpu), statistics.median(base_cpu)
+    return {
+        "approve_samples": samples,
+        "approve_command_s": round(statistics.median(approve_s), 4),
+        "approve_to_resume_s": round(ours, 4),
+        "approve_baseline_s": round(baseline, 4),
+        "approve_to_resume_ratio": round(ours / baseline, 3),
+        # The resumed worker's CPU from its start to apply's NodeStarted, over the
+        # baseline's CPU: steadier than the wall times on a busy machine.
+        "approve_worker_cpu_s": round(cpu, 3),
+        "approve_worker_cpu_ratio": round(cpu / baseline_cpu, 3),
     }
 
 
@@ -254,6 +480,10 @@ def main() -> None:
             events = write_history(store, runs, per_run)
         results.update(bench_rebuild(home / "shep.db", rounds=3))
         results.update(bench_status_cold(home, runs, events, rounds=5 if quick else 9))
+        inbox_home = work / "inbox"
+        inbox_home.mkdir(mode=0o700)
+        inbox_runs, waiting = (1_000, 100) if quick else (10_000, 1_000)
+        results.update(bench_inbox_cold(inbox_home, inbox_runs, waiting, rounds=5 if quick else 9))
         follow_home = work / "follow"
         follow_home.mkdir(mode=0o700)
         results.update(bench_follow_latency(follow_home, samples=10 if quick else 30))
@@ -261,6 +491,7 @@ def main() -> None:
 
         results.update(bench_checkpointer(quick))
         results.update(bench_resume(work / "chaos", kills=5 if quick else 20))
+        results.update(bench_approve_to_resume(work / "gates", samples=3 if quick else 9))
     print(json.dumps(results, indent=None if args.json else 2))
 
 

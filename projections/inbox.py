@@ -31,6 +31,10 @@ DDL = (
     "asked_at TEXT NOT NULL, answered_at TEXT, awaited INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS inbox_status ON inbox (status, asked_at)",
     "CREATE INDEX IF NOT EXISTS inbox_run ON inbox (run_id, asked_at)",
+    # Decided items a run is still suspended on: empty but for a moment, checked by every
+    # command, so a partial index answers at once however long the inbox's history.
+    "CREATE INDEX IF NOT EXISTS inbox_awaited ON inbox (run_id) "
+    "WHERE awaited=1 AND status!='pending'",
 )
 
 #: Item statuses: pending until decided, then answered, granted or rejected; withdrawn

@@ -6,16 +6,17 @@ command makes are single indexed reads.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import apsw
+import msgspec
 
 from events.errors import ItemRefError
 from events.runs import WAITING_STATUSES
 
 Row = dict[str, Any]
 
+_decode = msgspec.json.Decoder(list[dict[str, Any]]).decode
 _WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
 _ITEM_COLUMNS = (
     "i.item_id, i.kind, i.run_id, r.workflow, r.repo, i.node, i.iteration, i.prompt, "
@@ -32,8 +33,8 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
     rows = []
     for values in cursor:
         row = dict(zip(names, values, strict=True))
-        row["options"] = json.loads(row["options"])
-        row["artifacts"] = json.loads(row["artifacts"])
+        row["options"] = _decode(row["options"])
+        row["artifacts"] = _decode(row["artifacts"])
         row["free_text"] = bool(row["free_text"])
         rows.append(row)
     return rows

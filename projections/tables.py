@@ -23,10 +23,11 @@ PROJECTION_INDEXES = (
     "logs_run",
     "inbox_status",
     "inbox_run",
+    "inbox_awaited",
     "decisions_run",
     "checkpoints_run",
 )
 #: Bumped whenever a projection's tables change shape: a store whose projections are of
 #: another version has them dropped and rebuilt from the log on its next open.
-PROJECTION_SCHEMA = 3
+PROJECTION_SCHEMA = 4
 SCHEMA_TABLE = "projection_schema"

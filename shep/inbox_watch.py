@@ -33,18 +33,21 @@ def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True)
     from projections.inbox_queries import count_pending, list_expired_questions, list_runs_to_resume
 
     pending = count_pending(conn)
-    if pending == 0 and not _awaited_decisions(conn):
+    stranded = _awaited_decisions(conn)
+    if pending == 0 and not stranded:
         return 0
     if not conn.readonly("main"):
-        for item in list_expired_questions(conn, datetime.now(UTC).isoformat()):
+        expired = list_expired_questions(conn, datetime.now(UTC).isoformat()) if pending else []
+        for item in expired:
             _apply_deadline(runtime, item)
-        if pending:
+        if expired:
             from projections.runner import catch_up
 
             catch_up(conn)
-        for run_id in list_runs_to_resume(conn):
-            _resume(runtime, run_id)
-        pending = count_pending(conn)
+            pending, stranded = count_pending(conn), _awaited_decisions(conn)
+        if stranded:
+            for run_id in list_runs_to_resume(conn):
+                _resume(runtime, run_id)
     if pending and notice and notice_enabled(conn):
         print(f"{pending} waiting in the inbox: shep inbox", file=sys.stderr)
     return pending

@@ -8,7 +8,6 @@ starts, so a worker that dies before reading it still resumes with it.
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from uuid import UUID
 
 import click
+import msgspec
 
 from shep.runtime import Runtime
 
@@ -49,7 +49,7 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
     repo_path = str(repo.expanduser().resolve()) if repo else None
     items = list_inbox(conn, repo=repo_path, run_id=run_id)
     if as_json:
-        click.echo(json.dumps([_public(i) for i in items], indent=2))
+        click.echo(msgspec.json.format(msgspec.json.encode([_public(i) for i in items]), indent=2))
         return
     if not items:
         click.echo("The inbox is empty.")
