@@ -14,7 +14,12 @@ One *trial* disrupts the run's current worker once, at a random moment:
   heartbeat, marks it interrupted; then ``shep resume --background``), or
   ``wake`` (SIGCONT, and it goes on). After a takeover the old worker gets
   SIGCONT at a random moment (``wake`` says when).
-- ``kill``: SIGKILL it; ``shep status`` marks the run interrupted; resume it.
+- ``stop`` that lands while the worker holds the store's write lock (rare; the
+  action ``stop-locked`` waits for such a moment): no command can read the
+  store until the worker runs again, so straight to ``shep resume --force``,
+  which must stop it and take the run over.
+- ``kill``: SIGKILL it; ``shep status`` marks the run interrupted; resume it
+  (``shep resume``, or ``shep run --resume``).
 
 The fake agent is wrapped so that each call also notes its parent (the worker
 that started it) in ``spawn.jsonl``: with the fake's own log (node, start/done,
@@ -52,8 +57,9 @@ from events.runs import (
     RunStatus,
 )
 from events.store import EventStore
-from projections.database import PROJECTION_TABLES, open_database
+from projections.database import open_database
 from projections.runner import catch_up
+from projections.tables import PROJECTION_TABLES
 from shep.recovery import find_orphans, orphan_after, worker_alive
 from tests.runtime.chaos import FAKE, Chaos
 
@@ -63,13 +69,11 @@ ORPHAN_AFTER = 10.0
 #: The host name another machine sharing the log would have.
 OTHER_HOST = "chaos-other-host"
 
-_WRAPPER = """#!{python}
-# The fake claude, noting first which process started it (the worker) and for which run.
-import json, os, runpy, time
-with open({log!r}, "a") as spawns:
-    spawns.write(json.dumps({{"pid": os.getpid(), "ppid": os.getppid(),
-        "run": os.environ.get("SHEP_RUN_ID"), "time": time.time()}}) + "\\n")
-runpy.run_path({fake!r}, run_name="__main__")
+#: The fake claude, noting first (a shell starts in a millisecond, so its parent is
+#: still the worker that started it) its pid, its parent's and the run's.
+_WRAPPER = """#!/bin/sh
+printf '{{"pid": %s, "ppid": %s, "run": "%s"}}\\n' "$$" "$PPID" "$SHEP_RUN_ID" >> '{log}'
+exec '{python}' '{fake}' "$@"
 """
 
 
@@ -78,11 +82,13 @@ class Trial:
     """One disruption of one worker, and what the driver saw."""
 
     run_id: str
-    action: str  # stop | kill
+    action: str  # stop | stop-locked | kill
     takeover: str  # force | elsewhere | wake | resume | run-resume
     wake: str | None  # when the old worker got SIGCONT after a takeover
     old_pid: int
     old_epoch: int
+    #: Where the worker was: its node in flight, or how many nodes were done.
+    at: str = ""
     #: The stopped worker held the store's write lock.
     in_transaction: bool = False
     stopped_at: float = 0.0
@@ -114,6 +120,8 @@ class StopChaos(Chaos):
             _WRAPPER.format(python=sys.executable, log=str(self.spawn_log), fake=str(FAKE))
         )
         self.db = self.home / "shep.db"
+        #: (run, pid, when) of each SIGKILLed worker.
+        self.killed: list[tuple[str, int, float]] = []
         self.store = EventStore(self.db)
         for key, value in (("orphan_after", f"{ORPHAN_AFTER:g}"), ("heartbeat_interval", "0.3")):
             out = self.shep("settings", "set", key, value)
@@ -121,6 +129,12 @@ class StopChaos(Chaos):
                 raise AssertionError(out.stderr)
 
     def close(self) -> None:
+        """Let no worker of the session outlive it (one left stopped by a failed trial)."""
+        for run_id in self.run_ids_in_store():
+            for e in self.events(run_id):
+                if isinstance(e, RunStarted | RunResumed) and worker_alive(e.pid, e.process_start):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(e.pid, signal.SIGKILL)
         self.store.close()
 
     # -- the trials ---------------------------------------------------------------------
@@ -165,15 +179,18 @@ class StopChaos(Chaos):
     def _draw(self) -> tuple[str, str]:
         if self.rng.random() < 0.2:
             return "kill", self.rng.choice(["resume", "run-resume"])
-        return "stop", self.rng.choices(["force", "elsewhere", "wake"], [0.4, 0.4, 0.2])[0]
+        # Mostly the takeovers that leave an old worker to fence off.
+        return "stop", self.rng.choices(["elsewhere", "force", "wake"], [0.45, 0.35, 0.2])[0]
 
     def _disrupt(self, run_id: str, kind: tuple[str, str], delay: str) -> Trial | None:
-        time.sleep(self.rng.uniform(0.0, 2.5))
+        # About a run's length: a worker takes ~0.7s to start, a node ~0.15s more than the delay.
+        time.sleep(self.rng.uniform(0.0, 0.7 + 4 * (float(delay) + 0.15)))
         state = self.run_state(run_id)
         if state.status is not RunStatus.RUNNING or state.pid is None:
             return None
         action, takeover = kind
         trial = Trial(run_id, action, takeover, None, state.pid, state.epoch)
+        trial.at = state.current_node or f"between nodes ({len(state.completed_nodes)} done)"
         began = time.monotonic()
         if action == "kill":
             if not self._kill(trial, state, delay):
@@ -188,6 +205,7 @@ class StopChaos(Chaos):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         trial.stopped_at = time.time()
+        self.killed.append((trial.run_id, pid, trial.stopped_at))
         self._wait(lambda: not worker_alive(pid, state.process_start), 10, f"{pid} to die")
         row = self.status(trial.run_id)  # any command notices the dead worker
         if row["status"] == "completed":
@@ -205,18 +223,27 @@ class StopChaos(Chaos):
 
     def _stop(self, trial: Trial, state: RunState, delay: str) -> bool:
         pid, run_id = trial.old_pid, trial.run_id
-        os.kill(pid, signal.SIGSTOP)
+        if trial.action == "stop-locked":
+            if not self._stop_inside_a_transaction(run_id, pid):
+                return False
+        else:
+            os.kill(pid, signal.SIGSTOP)
+            self._wait(lambda: _process_state(pid) in ("T", None), 5, f"{pid} to stop")
         trial.stopped_at = time.time()
-        self._wait(lambda: _process_state(pid) in ("T", None), 5, f"{pid} to stop")
         state = self.run_state(run_id)
         if state.status is not RunStatus.RUNNING or state.pid != pid:
             os.kill(pid, signal.SIGCONT)
             return False  # it had just finished the run
+        trial.at = state.current_node or f"between nodes ({len(state.completed_nodes)} done)"
         trial.in_transaction = self._write_locked()
-        if trial.in_transaction and trial.takeover == "elsewhere":
-            # Another host's orphan check could not write until this worker runs again.
+        if trial.in_transaction:
+            # Every command first catches the projections up, a write: none can answer
+            # while this worker sleeps inside its transaction (as with any SQLite writer).
+            # Taking the run over is what --force is for: it stops the worker first.
             trial.takeover = "force"
-            trial.notes.append("stopped holding the write lock: forced instead")
+            trial.notes.append("stopped holding the write lock: resume --force")
+            self._force(trial, delay)
+            return True
         beat = self._last_beat(run_id)
         time.sleep(max(0.0, beat + ORPHAN_AFTER + 0.5 - time.time()))
         self._check_not_orphaned(trial, beat)
@@ -228,6 +255,21 @@ class StopChaos(Chaos):
         else:
             self._elsewhere(trial, state, delay)
         return True
+
+    def _stop_inside_a_transaction(self, run_id: str, pid: int) -> bool:
+        """SIGSTOP the worker at a moment it holds the store's write lock; False if the run
+        ended first. Such moments are short: stop, look, and let it go on until one comes.
+        """
+        for attempt in range(100_000):
+            os.kill(pid, signal.SIGSTOP)
+            self._wait(lambda: _process_state(pid) in ("T", None), 5, f"{pid} to stop")
+            if self._write_locked():
+                return True
+            os.kill(pid, signal.SIGCONT)
+            if attempt % 20 == 0 and self.run_state(run_id).status is not RunStatus.RUNNING:
+                return False
+            time.sleep(self.rng.uniform(0.0, 0.005))
+        return False
 
     def _check_not_orphaned(self, trial: Trial, beat: float) -> None:
         """The stopped worker's heartbeat is stale, yet this host does not call it an orphan."""
@@ -253,12 +295,25 @@ class StopChaos(Chaos):
 
     def _force(self, trial: Trial, delay: str) -> None:
         pid = trial.old_pid
-        forced = self.shep("resume", trial.run_id, "--force", "--background", extra={"FAKE_DELAY": delay})
+        began = time.monotonic()
+        forced = self.shep(
+            "resume", trial.run_id, "--force", "--background", extra={"FAKE_DELAY": delay}
+        )
         if forced.returncode != 0 or forced.stdout.strip() != trial.run_id:
-            raise AssertionError(f"resume --force: {forced.stdout}{forced.stderr}")
-        if f"stopped worker {pid}" not in forced.stderr and f"killed worker {pid}" not in forced.stderr:
+            where = " holding the write lock" if trial.in_transaction else ""
+            raise AssertionError(
+                f"shep resume {trial.run_id} --force, worker {pid} stopped{where} "
+                f"(now: process state {_process_state(pid)}, run "
+                f"{self.run_state(trial.run_id).status.value}) in {trial.at}: exit "
+                f"{forced.returncode} after {time.monotonic() - began:.1f}s: "
+                f"{forced.stdout}{forced.stderr}\n{self.describe(trial.run_id)}"
+            )
+        if (
+            f"stopped worker {pid}" not in forced.stderr
+            and f"killed worker {pid}" not in forced.stderr
+        ):
             raise AssertionError(f"resume --force did not stop worker {pid}: {forced.stderr}")
-        trial.notes.extend(line for line in forced.stderr.splitlines() if "worker" in line)
+        trial.notes.extend(line for line in forced.stderr.splitlines() if f"worker {pid}" in line)
         self._wake_later(trial)
 
     def _elsewhere(self, trial: Trial, state: RunState, delay: str) -> None:
@@ -364,17 +419,42 @@ class StopChaos(Chaos):
             time.sleep(0.02)
 
     def agent_calls(self) -> list[dict[str, Any]]:
-        """Each agent call that started a node: run, node, start time, its worker's pid."""
-        parents = {
-            row["pid"]: row["ppid"]
-            for row in _json_lines(self.spawn_log)
-            if row["run"] is not None
-        }
-        return [
-            {**row, "worker": parents.get(row["pid"])}
-            for row in _json_lines(self.agent_log)
-            if row["phase"] == "start"
-        ]
+        """Each agent call that started a node: run, node, start time, its worker's pid.
+
+        A call whose worker was SIGKILLed as it started it was adopted by init before
+        it could note its parent; the kill, a moment before, names its worker.
+        """
+        parents = {row["pid"]: row["ppid"] for row in _json_lines(self.spawn_log) if row["run"]}
+        calls = []
+        for row in _json_lines(self.agent_log):
+            if row["phase"] != "start" or not row["run"]:
+                continue
+            worker = parents.get(row["pid"])
+            killed = [
+                pid
+                for run_id, pid, at in self.killed
+                if run_id == row["run"] and worker != pid and at - 0.1 < row["time"] < at + 1
+            ]
+            if worker not in self.workers_of(row["run"]) and len(killed) == 1:
+                worker = killed[0]
+            calls.append({**row, "worker": worker, "parent": parents.get(row["pid"])})
+        return calls
+
+    def workers_of(self, run_id: str) -> set[int]:
+        """The pids of the run's owners, from its RunStarted/RunResumed events."""
+        owners = self.store.load(UUID(run_id), types=[RunStarted, RunResumed])
+        return {e.pid for e in owners if isinstance(e, RunStarted | RunResumed)}
+
+    def run_ids_in_store(self) -> list[str]:
+        conn = apsw.Connection(str(self.db))
+        try:
+            topic = "events.runs:RunCreated"
+            rows = conn.execute(
+                "SELECT originator_id FROM stored_events WHERE topic=?", (topic,)
+            ).fetchall()
+        finally:
+            conn.close()
+        return [str(r[0]) for r in rows]
 
     def describe(self, run_id: str) -> str:
         """The run's stream, one event a line, and its agent calls: evidence for a report."""
@@ -504,7 +584,9 @@ def fencing_problems(
 
     completed = Counter(e.node for e in events if isinstance(e, NodeCompleted))
     if completed != Counter(nodes):
-        problems.append(f"{short}: node completions {dict(completed)}, expected each of {nodes} once")
+        problems.append(
+            f"{short}: node completions {dict(completed)}, expected each of {nodes} once"
+        )
     for owner in owners:
         end = fenced_at.get(owner.pid)
         for call in by_worker.get(owner.pid, []):

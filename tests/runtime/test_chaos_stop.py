@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import apsw
+import msgspec
 import pytest
 
 from events.audit import verify_chain
-from events.runs import RunResumed, RunStarted
+from events.base import Event
+from events.runs import (
+    HeartbeatRecorded,
+    NodeCompleted,
+    NodeStarted,
+    RunCompleted,
+    RunCreated,
+    RunInterrupted,
+    RunResumed,
+    RunStarted,
+)
 from shep.recovery import worker_alive
 from shep.workflows import get_workflow
 from tests.runtime.chaos_stop import StopChaos, StopReport, fencing_problems, log_problems
@@ -49,11 +63,13 @@ def _check_every_run(chaos: StopChaos, report: StopReport) -> None:
 
     # Every worker that ever owned a run is gone: woken old workers exit once fenced
     # off (one stopped before it was handed the run waits up to a minute for that).
+    lingering = [p for p, s in workers.items() if worker_alive(p, s)]
     deadline = time.monotonic() + 90
     while any(worker_alive(p, s) for p, s in workers.items()) and time.monotonic() < deadline:
         time.sleep(0.2)
     alive = [p for p, s in workers.items() if worker_alive(p, s)]
     assert alive == [], f"workers still running: {alive}"
+    print(f"{len(workers)} workers, {len(lingering)} still exiting after the last run ended")
 
     assert log_problems(chaos.db) == []
     conn = apsw.Connection(str(chaos.db))
@@ -82,6 +98,21 @@ def test_chaos_stop_and_takeover(chaos: StopChaos) -> None:
     _check_every_run(chaos, report)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_resume_force_takes_over_a_worker_stopped_inside_a_write_transaction(
+    chaos: StopChaos,
+) -> None:
+    """The rare moment a random SIGSTOP can land on, made certain: the worker stops while it
+    holds the store's write lock. No command can read the store until it runs again, but
+    `shep resume --force` exists for a stuck or stopped worker: it must stop that worker
+    (freeing the lock) and take the run over, with the same guarantees as every trial.
+    """
+    report = chaos.run_trials(1, max_per_run=1, plan=[("stop-locked", "force")])
+    assert report.trials[0].in_transaction
+    _check_every_run(chaos, report)
+
+
 @pytest.mark.timeout(240)
 def test_chaos_stop_smoke(chaos: StopChaos) -> None:
     """One trial of each takeover in the default suite, with the same guarantees: another
@@ -93,3 +124,149 @@ def test_chaos_stop_smoke(chaos: StopChaos) -> None:
         t.in_transaction for t in report.trials
     )
     _check_every_run(chaos, report)
+
+
+# -- the checker itself, on a made-up history (fast) ------------------------------------
+
+RUN = UUID(int=7)
+NODES = ["scan", "dependencies", "patterns", "report"]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _numbered(events: list[Event]) -> list[Event]:
+    return [msgspec.structs.replace(e, originator_version=i) for i, e in enumerate(events, 1)]
+
+
+def _history() -> tuple[list[Event], list[dict[str, Any]]]:
+    """Worker 100 (epoch 1) completes scan, is stopped in dependencies and interrupted;
+    worker 200 (epoch 2) re-runs dependencies and finishes.
+    """
+    common: dict[str, Any] = {"originator_id": RUN, "originator_version": 0}
+    events: list[Event] = [
+        RunCreated(
+            **common,
+            timestamp=_at(0),
+            workflow="analyze-repository",
+            agent_type="claude-code",
+            repo="/r",
+            node_names=NODES,
+            created_by="me",
+        ),
+        RunStarted(**common, timestamp=_at(1), pid=100, host="h", epoch=1),
+        NodeStarted(**common, timestamp=_at(2), node="scan"),
+        HeartbeatRecorded(**common, timestamp=_at(3), pid=100, host="h"),
+        NodeCompleted(**common, timestamp=_at(4), node="scan", duration_ms=1),
+        NodeStarted(**common, timestamp=_at(5), node="dependencies"),
+        RunInterrupted(**common, timestamp=_at(20), reason="stale", epoch=1, detected_by_pid=9),
+        RunResumed(**common, timestamp=_at(21), pid=200, host="h", epoch=2),
+    ]
+    calls = [
+        {"run": RUN.hex, "node": "scan", "time": _at(2.5).timestamp(), "pid": 1, "worker": 100},
+        {
+            "run": RUN.hex,
+            "node": "dependencies",
+            "time": _at(5.5).timestamp(),
+            "pid": 2,
+            "worker": 100,
+        },
+    ]
+    for i, node in enumerate(NODES[1:]):
+        start = 22 + 2 * i
+        events.append(NodeStarted(**common, timestamp=_at(start), node=node))
+        calls.append(
+            {
+                "run": RUN.hex,
+                "node": node,
+                "time": _at(start + 0.5).timestamp(),
+                "pid": 3 + i,
+                "worker": 200,
+            }
+        )
+        events.append(NodeCompleted(**common, timestamp=_at(start + 1), node=node, duration_ms=1))
+    events.append(RunCompleted(**common, timestamp=_at(30), duration_ms=1))
+    return _numbered(events), calls
+
+
+def test_a_clean_takeover_history_has_no_fencing_problems() -> None:
+    """The checker accepts a history where the new owner alone writes after the takeover."""
+    events, calls = _history()
+    assert fencing_problems(RUN.hex, events, calls, NODES) == []
+
+
+def _late_heartbeat(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    events.insert(
+        9,
+        HeartbeatRecorded(
+            originator_id=RUN, originator_version=0, timestamp=_at(23), pid=100, host="h"
+        ),
+    )
+
+
+def _stale_batch(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    events.insert(
+        8,
+        NodeCompleted(
+            originator_id=RUN,
+            originator_version=0,
+            timestamp=_at(6),
+            node="dependencies",
+            duration_ms=1,
+        ),
+    )
+
+
+def _between_owners(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    events.insert(
+        7,
+        HeartbeatRecorded(
+            originator_id=RUN, originator_version=0, timestamp=_at(20.5), pid=100, host="h"
+        ),
+    )
+
+
+def _late_agent(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    calls.append(
+        {"run": RUN.hex, "node": "patterns", "time": _at(23).timestamp(), "pid": 50, "worker": 100}
+    )
+
+
+def _twice(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    events.insert(
+        -1,
+        NodeCompleted(
+            originator_id=RUN, originator_version=0, timestamp=_at(29), node="report", duration_ms=1
+        ),
+    )
+
+
+def _nobody_s_agent(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    calls[0]["worker"] = 1
+
+
+@pytest.mark.parametrize(
+    ("break_it", "expected"),
+    [
+        (_late_heartbeat, "heartbeat of pid 100, owner is pid 200"),
+        (_stale_batch, "before its owner (epoch 2, pid 200) began"),
+        (_between_owners, "appended after the run stopped being epoch 1's"),
+        (_late_agent, "of epoch 1's worker 100 started at"),
+        (_twice, "node completions"),
+        (_nobody_s_agent, "has no owner of the run as its parent"),
+    ],
+    ids=lambda v: getattr(v, "__name__", "")[1:] or None,
+)
+def test_fencing_problems_finds_each_kind_of_fenced_off_write(
+    break_it: Callable[[list[Event], list[dict[str, Any]]], None], expected: str
+) -> None:
+    """A heartbeat or a batch of the old worker after the takeover, an event while no one owns
+    the run, an agent call the old worker started after it was fenced, a node completed twice,
+    an agent call of no owner: each is reported.
+    """
+    events, calls = _history()
+    break_it(events, calls)
+    problems = fencing_problems(RUN.hex, _numbered(events), calls, NODES)
+    assert any(expected in p for p in problems), problems
