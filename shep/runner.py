@@ -60,8 +60,13 @@ from shep.settings import Settings
 __all__ = ["RunPlan", "Runner", "WorkerStopped"]
 
 
-class WorkerStopped(Exception):
-    """The worker got SIGTERM (``shep cancel``, shutdown): stop the graph now."""
+class WorkerStopped(BaseException):
+    """The worker got SIGTERM (``shep cancel``, shutdown): stop the graph now.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: the signal handler raises it
+    wherever the main thread is, and a library's ``except Exception`` there
+    (pydantic's, during langgraph's lazy imports) must not swallow it.
+    """
 
 
 class Runner:

@@ -92,7 +92,18 @@ class Runtime:
             elif behind > 0 and catch_up:
                 from projections.runner import catch_up as run_catch_up
 
-                run_catch_up(conn)
+                try:
+                    run_catch_up(conn)
+                except StoreUnavailableError as e:
+                    if not isinstance(e.__cause__, apsw.BusyError):
+                        raise
+                    # A writer holds the lock (a worker stopped mid-transaction): read
+                    # the projections as they are rather than fail the command.
+                    print(
+                        f"shep: the event store is locked by another process: projections "
+                        f"are {behind} events behind the log, shown as they are.",
+                        file=sys.stderr,
+                    )
         return self._read
 
     def store(self) -> EventStore:
