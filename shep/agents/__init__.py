@@ -3,7 +3,7 @@
 ``create_executor(agent_type, ...)`` returns an ``AgentExecutor`` for one of the
 types in ``AGENT_SPECS``; its ``execute``/``stream`` take an ``AgentOptions`` and
 produce an ``AgentResult`` / ``AgentEvent``s, or raise a typed
-``shep.errors.AgentError``.
+``events.errors.AgentError``.
 """
 
 from shep.agents.context import embed_context

@@ -130,7 +130,7 @@ def failed_event(error: AgentError) -> Failed:
 
 @runtime_checkable
 class AgentExecutor(Protocol):
-    """Runs one agent CLI. Failures raise a typed ``shep.errors.AgentError``."""
+    """Runs one agent CLI. Failures raise a typed ``events.errors.AgentError``."""
 
     name: str
 

@@ -18,7 +18,7 @@ from tests.fakellm import FakeLLM
 from tests.integration.clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
 
 agents = pytest.importorskip("shep.agents", reason="shep.agents (the executor layer) is missing")
-errors = pytest.importorskip("shep.errors")
+errors = pytest.importorskip("events.errors")
 if not hasattr(agents, "create_executor"):  # a namespace package while it is being written
     pytest.skip("shep.agents.create_executor does not exist yet", allow_module_level=True)
 
