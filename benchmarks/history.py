@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from events.base import Event, utc_now
@@ -39,6 +39,29 @@ NODES = ["scan", "dependencies", "patterns", "report"]
 GATED_NODES = ["draft", "review", "finish"]
 
 
+class _Stamps:
+    """Numbers one run's events and stamps them as a real run does: each command gets its
+    own moment, and agent output shares one per batch of up to ten lines.
+    """
+
+    def __init__(self, run_id: UUID) -> None:
+        self.run_id, self.start, self.version, self.tick = run_id, utc_now(), 0, 0
+
+    def moment(self) -> datetime:
+        """A new moment, for an event of another stream."""
+        self.tick += 1
+        return self.start + timedelta(milliseconds=self.tick)
+
+    def __call__(self, cls: type[Event], **fields: object) -> Event:
+        self.version += 1
+        if cls is not AgentOutputRecorded or self.version % 10 == 0:
+            self.tick += 1
+        moment = self.start + timedelta(milliseconds=self.tick)
+        return cls(
+            originator_id=self.run_id, originator_version=self.version, timestamp=moment, **fields
+        )
+
+
 def run_events(
     run_id: UUID, events_per_run: int, rng: random.Random, *, finish: bool
 ) -> Iterator[Event]:
@@ -47,17 +70,7 @@ def run_events(
     Timestamps move as they do in a real run: each command gets its own moment,
     and agent output shares one per batch of up to ten lines.
     """
-    start = utc_now()
-    version = 0
-    tick = 0
-
-    def nxt(cls: type[Event], **fields: object) -> Event:
-        nonlocal version, tick
-        version += 1
-        if cls is not AgentOutputRecorded or version % 10 == 0:
-            tick += 1
-        moment = start + timedelta(milliseconds=tick)
-        return cls(originator_id=run_id, originator_version=version, timestamp=moment, **fields)
+    nxt = _Stamps(run_id)
 
     yield nxt(
         RunCreated,
@@ -104,17 +117,7 @@ def waiting_run_events(
     of its own stream, id from the run and the interrupt), ``NodeStarted`` of
     the asking node with its kind, and ``RunSuspended`` on the item.
     """
-    start = utc_now()
-    version = 0
-    tick = 0
-
-    def nxt(cls: type[Event], **fields: object) -> Event:
-        nonlocal version, tick
-        version += 1
-        if cls is not AgentOutputRecorded or version % 10 == 0:
-            tick += 1
-        moment = start + timedelta(milliseconds=tick)
-        return cls(originator_id=run_id, originator_version=version, timestamp=moment, **fields)
+    nxt = _Stamps(run_id)
 
     yield nxt(
         RunCreated,
@@ -144,8 +147,7 @@ def waiting_run_events(
     )
     interrupt_id = f"{rng.getrandbits(128):032x}"
     item_id = item_stream_id(run_id, interrupt_id)
-    tick += 1
-    asked = start + timedelta(milliseconds=tick)
+    asked = nxt.moment()
     if approval:
         yield ApprovalRequested(
             originator_id=item_id,

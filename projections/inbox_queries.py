@@ -13,6 +13,7 @@ import msgspec
 
 from events.errors import ItemRefError
 from events.runs import WAITING_STATUSES
+from projections.queries import ids_with_prefix, rows_of
 
 Row = dict[str, Any]
 
@@ -26,17 +27,11 @@ _ITEM_COLUMNS = (
 
 
 def _rows(cursor: apsw.Cursor) -> list[Row]:
-    try:
-        names = [d[0] for d in cursor.getdescription()]
-    except apsw.ExecutionCompleteError:
-        return []
-    rows = []
-    for values in cursor:
-        row = dict(zip(names, values, strict=True))
+    rows = rows_of(cursor)
+    for row in rows:
         row["options"] = _decode(row["options"])
         row["artifacts"] = _decode(row["artifacts"])
         row["free_text"] = bool(row["free_text"])
-        rows.append(row)
     return rows
 
 
@@ -77,29 +72,14 @@ def resolve_item(conn: apsw.Connection, ref: str, *, kind: str | None = None) ->
 
     With ``kind`` (question / approval), a run's pending items of that kind count.
     """
-    prefix = ref.strip().lower().replace("-", "")
-    if not prefix or len(prefix) > 32 or any(c not in "0123456789abcdef" for c in prefix):
-        raise ItemRefError(f"No inbox item or run {ref!r}. List them with `shep inbox`.")
-    items = [
-        str(r[0])
-        for r in conn.execute(
-            "SELECT item_id FROM inbox WHERE item_id >= ? AND item_id < ? LIMIT 3",
-            (prefix, prefix + "g"),
-        )
-    ]
+    items = ids_with_prefix(conn, "inbox", "item_id", ref)
     if len(items) > 1:
         raise ItemRefError(f"{ref!r} matches several inbox items; type more of its id.")
     if items:
         row = get_item(conn, items[0])
         assert row is not None
         return row
-    runs = [
-        str(r[0])
-        for r in conn.execute(
-            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 3",
-            (prefix, prefix + "g"),
-        )
-    ]
+    runs = ids_with_prefix(conn, "runs", "run_id", ref)
     if not runs:
         raise ItemRefError(f"No inbox item or run {ref!r}. List them with `shep inbox`.")
     if len(runs) > 1:

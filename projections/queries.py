@@ -16,7 +16,24 @@ _ACTIVE = tuple(sorted(s.value for s in RunStatus if s not in FINAL_STATUSES))
 _WAITING = frozenset(s.value for s in WAITING_STATUSES)
 
 
-def _rows(cursor: apsw.Cursor) -> list[Row]:
+def ids_with_prefix(conn: apsw.Connection, table: str, column: str, ref: str) -> list[str]:
+    """Up to 3 hex ids in ``table.column`` that start with ``ref`` (dashes ignored); none for
+    a ``ref`` that cannot be a prefix of a hex id. ``table`` and ``column`` are constants.
+    """
+    prefix = ref.strip().lower().replace("-", "")
+    if not prefix or not all(ch in "0123456789abcdef" for ch in prefix) or len(prefix) > 32:
+        return []
+    return [
+        str(r[0])
+        for r in conn.execute(
+            f"SELECT {column} FROM {table} WHERE {column} >= ? AND {column} < ? LIMIT 3",
+            (prefix, prefix + "g"),
+        )
+    ]
+
+
+def rows_of(cursor: apsw.Cursor) -> list[Row]:
+    """Each row of ``cursor`` as a dict by column name."""
     try:
         names = [d[0] for d in cursor.getdescription()]
     except apsw.ExecutionCompleteError:
@@ -26,16 +43,7 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
 
 def resolve_run_id(conn: apsw.Connection, ref: str) -> str:
     """The full run id (hex) for a run id or a unique prefix of one (dashes ignored)."""
-    prefix = ref.strip().lower().replace("-", "")
-    if not prefix or not all(ch in "0123456789abcdef" for ch in prefix) or len(prefix) > 32:
-        raise RunNotFoundError(ref)
-    matches = [
-        r[0]
-        for r in conn.execute(
-            "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 3",
-            (prefix, prefix + "g"),
-        )
-    ]
+    matches = ids_with_prefix(conn, "runs", "run_id", ref)
     if not matches:
         raise RunNotFoundError(ref)
     if len(matches) > 1:
@@ -51,15 +59,15 @@ def list_runs(conn: apsw.Connection, *, include_all: bool = False, recent: int =
     With ``include_all``, every run. Newest first.
     """
     if include_all:
-        return _rows(conn.execute("SELECT * FROM runs ORDER BY created_at DESC, run_id"))
-    active = _rows(
+        return rows_of(conn.execute("SELECT * FROM runs ORDER BY created_at DESC, run_id"))
+    active = rows_of(
         conn.execute(
             f"SELECT * FROM runs WHERE status IN ({','.join('?' * len(_ACTIVE))}) "
             "ORDER BY created_at DESC",
             _ACTIVE,
         )
     )
-    finished = _rows(
+    finished = rows_of(
         conn.execute(
             f"SELECT * FROM runs WHERE status NOT IN ({','.join('?' * len(_ACTIVE))}) "
             "ORDER BY created_at DESC LIMIT ?",
@@ -91,7 +99,7 @@ def _add_waiting(conn: apsw.Connection, runs: list[Row]) -> None:
 
 def get_run(conn: apsw.Connection, run_id: str) -> Row:
     """One run with its nodes (in workflow order as far as they started)."""
-    rows = _rows(conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)))
+    rows = rows_of(conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)))
     if not rows:
         raise RunNotFoundError(run_id)
     run = rows[0]
@@ -101,7 +109,7 @@ def get_run(conn: apsw.Connection, run_id: str) -> Row:
 
 
 def list_nodes(conn: apsw.Connection, run_id: str) -> list[Row]:
-    return _rows(
+    return rows_of(
         conn.execute(
             "SELECT node, status, kind, iteration, attempt, started_at, finished_at, duration_ms, "
             "agent_session_id, input_tokens, output_tokens, cost_usd, error "
@@ -123,7 +131,7 @@ def list_logs(
     if limit is not None:
         sql += " LIMIT ?"
         params = (*params, limit)
-    return _rows(conn.execute(sql, params))
+    return rows_of(conn.execute(sql, params))
 
 
 def find_interrupted_run(conn: apsw.Connection, workflow: str, repo: str) -> str | None:

@@ -115,13 +115,17 @@ class Runtime:
             self._store = EventStore(self.db_file)
         return self._store
 
+    def has_store(self) -> bool:
+        """Whether this home has an event store yet (an empty home has none)."""
+        return os.path.exists(self.db_file)
+
     def check_orphans(self) -> int:
         """Mark running (or never started) runs whose process is gone as interrupted.
 
         Says so in one line. Cheap when nothing is running: one indexed read of
         the runs projection.
         """
-        if not os.path.exists(self.db_file):
+        if not self.has_store():
             return 0
         conn = self.read_db()
         if conn.readonly("main"):
@@ -170,7 +174,7 @@ class Runtime:
 
         See ``shep.inbox_watch``; one indexed count when the inbox is empty.
         """
-        if not os.path.exists(self.db_file):
+        if not self.has_store():
             return 0
         from shep.inbox_watch import watch_inbox
 

@@ -41,7 +41,7 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
     from projections.inbox_queries import list_inbox
     from projections.queries import resolve_run_id
 
-    if not _has_store(runtime):
+    if not runtime.has_store():
         click.echo("[]" if as_json else "The inbox is empty.")
         return
     conn = runtime.read_db()
@@ -93,12 +93,6 @@ def _public(item: dict[str, Any]) -> dict[str, Any]:
         "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
     )  # fmt: skip
     return {key: item[key] for key in keys}
-
-
-def _has_store(runtime: Runtime) -> bool:
-    import os
-
-    return os.path.exists(runtime.db_file)
 
 
 _AS = click.option("--as", "as_", metavar="NAME", help="Decide as NAME (default: your login).")
@@ -201,7 +195,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
 def _db(runtime: Runtime) -> Any:
     from events.errors import ItemRefError
 
-    if not _has_store(runtime):
+    if not runtime.has_store():
         raise ItemRefError("The inbox is empty: no run has asked anything.")
     return runtime.read_db()
 

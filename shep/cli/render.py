@@ -56,8 +56,11 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
 
     name = "seconds"
 
-    def __init__(self, low: float, high: float = 7 * 24 * 3600.0) -> None:
-        self.low, self.high = low, high
+    def __init__(self, low: float, high: float | None = None) -> None:
+        # Imported here: `shep status` imports this module but takes no durations.
+        from events.setting_values import WEEK
+
+        self.low, self.high = low, WEEK if high is None else high
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
