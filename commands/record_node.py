@@ -7,10 +7,29 @@ that are no worker.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable
 from uuid import UUID
 
-from commands.run_state import RunState, append_to_run
-from events.runs import AgentSessionRecorded, NodeCompleted, NodeFailed, NodeStarted, Usage
+from commands.run_state import (
+    RunState,
+    append_to_run,
+    check_owner,
+    check_transition,
+    load_run,
+    next_events,
+)
+from events.runs import (
+    AgentSessionRecorded,
+    AgentStarted,
+    NodeCompleted,
+    NodeFailed,
+    NodeStarted,
+    Usage,
+)
 from events.store import EventStore
 
 
@@ -32,6 +51,42 @@ def record_node_started(
         epoch=epoch,
     )
     return state
+
+
+def start_agent(
+    store: EventStore,
+    run_id: UUID,
+    node: str,
+    agent: str,
+    popen: Callable[[], subprocess.Popen[bytes]],
+    *,
+    epoch: int | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start an agent's process (``popen``) only while ``epoch`` owns the running run.
+
+    The check, the start and ``AgentStarted`` happen under the store's write lock,
+    so nobody can take the run over in between: a worker fenced off while it was
+    stopped or slow starts no agent when it goes on (``WorkerFencedError``). A
+    process started but not recorded (the commit failed, the worker was told to
+    stop) is killed with its group; ``popen``'s own errors pass through.
+    """
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        with store.exclusive():
+            state = load_run(store, run_id)
+            check_owner(state, epoch)
+            check_transition(state, AgentStarted)
+            process = popen()
+            fields = {"node": node, "agent": agent, "pid": process.pid}
+            store.append(next_events(state, [(AgentStarted, fields)], epoch=epoch))
+    except BaseException:
+        if process is not None:
+            # start_new_session: the group is the process's pid.
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        raise
+    return process
 
 
 def record_agent_session(

@@ -112,6 +112,7 @@ class ApswDatastore:
         self._closed = False
         self._write_lock = file_write_lock(db_name)
         self._listeners: set[threading.Event] = set()
+        self._held = threading.local()
 
     @contextmanager
     def borrow(self) -> Iterator[apsw.Connection]:
@@ -144,7 +145,17 @@ class ApswDatastore:
 
     @contextmanager
     def transaction(self, *, commit: bool) -> Iterator[apsw.Cursor]:
-        """A transaction on a borrowed connection: IMMEDIATE, behind the file's lock, to write."""
+        """A transaction on a borrowed connection: IMMEDIATE, behind the file's lock, to write.
+
+        Inside ``hold`` on this thread, it is the held transaction (commit: at its end).
+        """
+        held: apsw.Cursor | None = getattr(self._held, "cursor", None)
+        if held is not None:
+            try:
+                yield held
+            except apsw.Error as e:
+                raise translate(e) from e
+            return
         with self.borrow() as conn:
             if commit:
                 with self._write_lock:
@@ -153,6 +164,18 @@ class ApswDatastore:
                     listener.set()
             else:
                 yield from self._run(conn, "BEGIN")
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """One write transaction for the whole block: this thread's reads and writes in it
+        see and make one state, and no other writer, in any process, commits until it ends.
+        """
+        with self.transaction(commit=True) as cursor:
+            self._held.cursor = cursor
+            try:
+                yield
+            finally:
+                self._held.cursor = None
 
     @staticmethod
     def _run(conn: apsw.Connection, begin: str) -> Iterator[apsw.Cursor]:

@@ -100,6 +100,18 @@ class NodeStarted(Event, frozen=True, kw_only=True):
     kind: str = "agent"
 
 
+class AgentStarted(Event, frozen=True, kw_only=True):
+    """The worker started the agent's process for a node.
+
+    Appended in the same write transaction that checked the worker still owns
+    the run and started the process, so no agent starts for a fenced worker.
+    """
+
+    node: str
+    agent: str
+    pid: int
+
+
 class AgentSessionRecorded(Event, frozen=True, kw_only=True):
     """The agent's native session id became known, for resume and audit."""
 

@@ -7,7 +7,8 @@ This is the one place eventsourcing errors become shep errors: a duplicate
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Self, cast
@@ -107,6 +108,20 @@ class EventStore:
         """The global position of the newest event, 0 when the store is empty."""
         try:
             return self.recorder.max_notification_id() or 0
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the store's write lock for the block: loads in it see the newest state,
+        appends in it commit together at its end, and no other writer appends meanwhile.
+
+        For a decision that must hold while something outside the store happens
+        (starting an agent only while the worker owns the run).
+        """
+        try:
+            with self.datastore.hold():
+                yield
         except PersistenceError as e:
             raise store_error(e, self.path) from e
 

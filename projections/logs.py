@@ -15,6 +15,7 @@ from events.inbox import (
 from events.runs import (
     AgentOutputRecorded,
     AgentSessionRecorded,
+    AgentStarted,
     ArtifactWritten,
     NodeCompleted,
     NodeFailed,
@@ -60,6 +61,8 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
         attempt = f" (attempt {event.attempt})" if event.attempt > 1 else ""
         iteration = f" #{event.iteration}" if event.iteration > 1 else ""
         return "node.started", event.node, f"{event.node}{iteration} started{attempt}"
+    if isinstance(event, AgentStarted):
+        return "agent.started", event.node, f"{event.agent} started (pid {event.pid})"
     if isinstance(event, AgentSessionRecorded):
         return "agent.session", event.node, f"agent session {event.agent_session_id}"
     if isinstance(event, NodeCompleted):
@@ -139,6 +142,7 @@ _LOGGED: tuple[type[Event], ...] = (
     RunStarted,
     RunResumed,
     NodeStarted,
+    AgentStarted,
     AgentSessionRecorded,
     NodeCompleted,
     NodeFailed,

@@ -17,14 +17,22 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TypeAlias
 
 from events.errors import AgentError, AgentNotFoundError, AgentOutputError, AgentTimeoutError
 
-__all__ = ["AgentProcess", "ProcessLimits", "ProcessOutcome", "kill_group"]
+__all__ = ["LAUNCHER", "AgentProcess", "Launcher", "ProcessLimits", "ProcessOutcome", "kill_group"]
+
+#: ``launcher(popen)`` starts an agent's process by calling ``popen()`` (or raises
+#: instead) and returns it. A worker sets one around its agent calls so that each
+#: start is decided and recorded atomically with its ownership of the run
+#: (``shep.nodes.agent``); outside a worker, agents start directly.
+Launcher: TypeAlias = Callable[[Callable[[], subprocess.Popen[bytes]]], subprocess.Popen[bytes]]
+LAUNCHER: ContextVar[Launcher | None] = ContextVar("shep_agent_launcher", default=None)
 
 _CHUNK = 64 * 1024
 _POLL = 0.05
@@ -129,22 +137,26 @@ class AgentProcess:
         # closed generator): whatever is left of the group goes.
         self._reap()
 
+    def _popen(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self._argv,
+            stdin=subprocess.PIPE if self._stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self._cwd,
+            env=self._env,
+            start_new_session=True,
+        )
+
     def _start(self) -> None:
         if self._cwd is not None and not Path(self._cwd).is_dir():
             raise AgentError(
                 f"{self._label}: the working directory {self._cwd} does not exist.",
                 agent=self._agent,
             )
+        launch = LAUNCHER.get()
         try:
-            self._proc = subprocess.Popen(
-                self._argv,
-                stdin=subprocess.PIPE if self._stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self._cwd,
-                env=self._env,
-                start_new_session=True,
-            )
+            self._proc = self._popen() if launch is None else launch(self._popen)
         except FileNotFoundError as e:
             raise AgentNotFoundError(
                 f"{self._label}: `{self._argv[0]}` was not found. Install it with "

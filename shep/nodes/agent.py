@@ -9,16 +9,18 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
 
 from commands.record_agent_output import OutputItem
-from commands.record_node import record_agent_session
+from commands.record_node import record_agent_session, start_agent
 from events.errors import AgentError, AgentSessionNotFoundError, ShepError
 from events.runs import AgentSessionRecorded, ArtifactWritten, NodeCompleted, NodeFailed, Usage
 from shep.agents import (
@@ -33,6 +35,7 @@ from shep.agents import (
     ToolUse,
     embed_context,
 )
+from shep.agents.process import LAUNCHER
 from shep.nodes.context import RunContext, iteration_of
 from shep.settings import Settings
 from shep.workflows.base import AgentStep, NodeFn, repository_tree, tools_for
@@ -141,6 +144,19 @@ class AgentNodes:
             return self._stream(step, plain, msgspec.structs.replace(options, resume_session=None))
 
     def _stream(self, step: AgentStep, prompt: str, options: AgentOptions) -> AgentResult:
+        token = LAUNCHER.set(functools.partial(self._launch, step.name))
+        try:
+            return self._call(step, prompt, options)
+        finally:
+            LAUNCHER.reset(token)
+
+    def _launch(
+        self, node: str, popen: Callable[[], subprocess.Popen[bytes]]
+    ) -> subprocess.Popen[bytes]:
+        ctx = self.ctx
+        return start_agent(ctx.store, ctx.run_id, node, self.executor.name, popen, epoch=ctx.epoch)
+
+    def _call(self, step: AgentStep, prompt: str, options: AgentOptions) -> AgentResult:
         ctx = self.ctx
         if not self.executor.supports("streaming"):
             result = self.executor.execute(prompt, options)

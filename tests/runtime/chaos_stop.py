@@ -49,6 +49,7 @@ from events.base import Event
 from events.runs import (
     FINAL_STATUSES,
     AgentOutputRecorded,
+    AgentStarted,
     HeartbeatRecorded,
     NodeCompleted,
     RunInterrupted,
@@ -522,18 +523,24 @@ def fencing_problems(
       event stamped earlier was built by the worker before it, fenced off);
     - each node completes exactly once, by an owner one of whose agent calls
       started that node; every agent output names a node its owner called;
-    - no agent call of an owner starts after that owner was interrupted.
+    - every agent call was started by its worker as owner: its ``AgentStarted``
+      (appended under the write lock with the ownership check and the start)
+      lies in its worker's stretch; a call without one (its worker was killed
+      while starting it) is the last thing that worker did.
     """
     problems: list[str] = []
     short = run_id[:8]
     owners: list[RunStarted | RunResumed] = []
     pids: set[int] = {e.pid for e in events if isinstance(e, RunStarted | RunResumed)}
     running = False
-    fenced_at: dict[int, float] = {}  # owner pid -> when its ownership ended
+    recorded: set[int] = set()  # agent pids with an AgentStarted
+    stamped_by: dict[int, float] = {}  # owner pid -> its newest event's time
     by_worker: dict[int | None, list[dict[str, Any]]] = {}
+    call_workers: dict[int, int | None] = {}
     for call in calls:
         if call["run"] == run_id:
             by_worker.setdefault(call["worker"], []).append(call)
+            call_workers[call["pid"]] = call["worker"]
     for call in by_worker.get(None, []) + [
         c for w, cs in by_worker.items() if w is not None and w not in pids for c in cs
     ]:
@@ -559,6 +566,15 @@ def fencing_problems(
                 f"{what}: stamped {e.timestamp.isoformat()}, before its owner "
                 f"(epoch {owner.epoch}, pid {owner.pid}) began at {owner.timestamp.isoformat()}"
             )
+        if not isinstance(e, RunInterrupted) or e.detected_by_pid == owner.pid:
+            stamped_by[owner.pid] = e.timestamp.timestamp()
+        if isinstance(e, AgentStarted):
+            recorded.add(e.pid)
+            if e.pid in call_workers and call_workers[e.pid] != owner.pid:
+                problems.append(
+                    f"{what} {e.node}: agent pid {e.pid} is worker {call_workers[e.pid]}'s, "
+                    f"the owner is pid {owner.pid}"
+                )
         if isinstance(e, HeartbeatRecorded) and (e.pid, e.host) != (owner.pid, owner.host):
             problems.append(f"{what}: heartbeat of pid {e.pid}, owner is pid {owner.pid}")
         if isinstance(e, RunInterrupted):
@@ -566,7 +582,6 @@ def fencing_problems(
                 problems.append(f"{what}: interrupts epoch {e.epoch}, owner is {owner.epoch}")
             if e.detected_by_pid in pids and e.detected_by_pid != owner.pid:
                 problems.append(f"{what}: by worker {e.detected_by_pid}, owner is pid {owner.pid}")
-            fenced_at[owner.pid] = e.timestamp.timestamp()
             running = False
         if isinstance(e, NodeCompleted | AgentOutputRecorded):
             mine = [
@@ -580,7 +595,6 @@ def fencing_problems(
                 )
         if type(e).__name__ in ("RunCompleted", "RunFailed", "RunCancelled"):
             running = False
-            fenced_at.setdefault(owner.pid, e.timestamp.timestamp())
 
     completed = Counter(e.node for e in events if isinstance(e, NodeCompleted))
     if completed != Counter(nodes):
@@ -588,13 +602,13 @@ def fencing_problems(
             f"{short}: node completions {dict(completed)}, expected each of {nodes} once"
         )
     for owner in owners:
-        end = fenced_at.get(owner.pid)
+        last = stamped_by.get(owner.pid, 0.0)
         for call in by_worker.get(owner.pid, []):
-            if end is not None and call["time"] > end:
+            if call["pid"] not in recorded and call["time"] < last:
                 problems.append(
                     f"{short}: agent call for {call['node']} (pid {call['pid']}) of epoch "
-                    f"{owner.epoch}'s worker {owner.pid} started at {call['time']:.6f}, after "
-                    f"that worker was fenced at {end:.6f}"
+                    f"{owner.epoch}'s worker {owner.pid} has no AgentStarted, yet that worker "
+                    "went on recording after it"
                 )
     return problems
 
