@@ -487,6 +487,9 @@ def main() -> None:
         follow_home = work / "follow"
         follow_home.mkdir(mode=0o700)
         results.update(bench_follow_latency(follow_home, samples=10 if quick else 30))
+        from benchmarks.snapshot import bench as bench_snapshot
+
+        results.update(bench_snapshot(quick))
         from benchmarks.checkpointer import bench as bench_checkpointer  # imports langgraph
 
         results.update(bench_checkpointer(quick))

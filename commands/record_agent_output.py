@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from uuid import UUID
@@ -82,19 +83,26 @@ class AgentOutputBuffer:
         self._node = ""
         self._items: list[OutputItem] = []
         self._first_at = 0.0
+        # Agents of parallel tasks share the buffer.
+        self._lock = threading.RLock()
 
     def add(self, node: str, item: OutputItem) -> None:
         """Queue an item; flushes first if the node changed, after if the batch is due."""
-        if self._items and node != self._node:
-            self.flush()
-        if not self._items:
-            self._first_at = self._clock()
-        self._node = node
-        self._items.append(item)
-        if len(self._items) >= self._max_items or self._clock() - self._first_at >= self._max_delay:
-            self.flush()
+        with self._lock:
+            if self._items and node != self._node:
+                self.flush()
+            if not self._items:
+                self._first_at = self._clock()
+            self._node = node
+            self._items.append(item)
+            if (
+                len(self._items) >= self._max_items
+                or self._clock() - self._first_at >= self._max_delay
+            ):
+                self.flush()
 
     def flush(self) -> None:
         """Record whatever is queued."""
-        items, self._items = self._items, []
-        record_agent_output(self._store, self._run_id, self._node, items, epoch=self._epoch)
+        with self._lock:
+            items, self._items = self._items, []
+            record_agent_output(self._store, self._run_id, self._node, items, epoch=self._epoch)

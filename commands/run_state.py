@@ -17,6 +17,7 @@ from events.errors import (
     RunNotFoundError,
     WorkerFencedError,
 )
+from events.features import WorktreeRemoved
 from events.runs import (
     WAITING_STATUSES,
     NodeCompleted,
@@ -49,7 +50,8 @@ _STATUS_AFTER: dict[type[Event], RunStatus] = {
 #: Which statuses each event may be appended in.
 ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
     RunStarted: frozenset({RunStatus.PENDING}),
-    RunResumed: frozenset({RunStatus.INTERRUPTED, *WAITING_STATUSES}),
+    # A failed run may be retried: the node that failed runs again.
+    RunResumed: frozenset({RunStatus.INTERRUPTED, RunStatus.FAILED, *WAITING_STATUSES}),
     RunSuspended: frozenset({RunStatus.RUNNING}),
     RunInterrupted: frozenset({RunStatus.RUNNING, RunStatus.PENDING}),
     RunCancelled: frozenset(
@@ -59,6 +61,8 @@ ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
     RunFailed: frozenset(
         {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.INTERRUPTED, *WAITING_STATUSES}
     ),
+    # `shep feat rm` / `gc` clean up after a feature whatever its status.
+    WorktreeRemoved: frozenset(RunStatus),
 }
 #: Events that hand the run to a new owner (a worker), numbered by ``next_events``.
 _NEW_OWNER: frozenset[type[Event]] = frozenset({RunStarted, RunResumed})

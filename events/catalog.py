@@ -11,10 +11,10 @@ from typing import Any
 
 import msgspec
 
-from events import checkpoints, inbox, runs, settings, supervisor
+from events import checkpoints, features, inbox, runs, settings, supervisor
 from events.base import Event
 
-_MODULES = (runs, settings, inbox, supervisor, checkpoints)
+_MODULES = (runs, settings, inbox, supervisor, checkpoints, features)
 
 
 def _collect() -> dict[str, type[Event]]:

@@ -248,3 +248,15 @@ class InvalidSettingError(ShepError):
     """A setting is unknown, or its value is of the wrong kind, out of bounds, or breaks a rule."""
 
     exit_code = 2
+
+
+class GitError(ShepError):
+    """A git operation shep needs failed, or the repository is not one shep can work in."""
+
+
+class FeatureNotFoundError(ShepError):
+    """No feature run matches what was given."""
+
+
+class FeatureError(ShepError):
+    """A feature command cannot do what was asked (it says why and what to do instead)."""

@@ -127,6 +127,11 @@ class NodeCompleted(Event, frozen=True, kw_only=True):
     agent_session_id: str | None = None
     usage: Usage = Usage()
     turns: int | None = None
+    #: The commit of the worktree's files as this node left them (``refs/shep/runs/RUN/N``),
+    #: for nodes that may change files in a git repository.
+    snapshot: str | None = None
+    #: For a question or gate: how long it waited for a person (asked to decided).
+    waited_ms: int | None = None
 
 
 class NodeFailed(Event, frozen=True, kw_only=True):

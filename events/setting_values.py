@@ -8,15 +8,17 @@ recorded any float (``nan``, ``inf``); skipping such a record, instead of
 failing on it, keeps every command working, including the one that repairs
 the setting. Pure Python: importing this costs nothing.
 
-A setting is of one of three kinds, each with its own type of value:
+A setting is of one of four kinds, each with its own type of value:
 
 - seconds (``SecondsSetting``, a ``float`` within inclusive bounds),
+- a count (``CountSetting``, an ``int`` within inclusive bounds),
 - an on/off flag (``FlagSetting``, a ``bool``; ``on``/``off``, ``true``/``false``,
   ``yes``/``no``, ``1``/``0`` are accepted, ``on``/``off`` recorded),
 - text (``TextSetting``, a ``str``: one line, with an optional check of its own).
 
-Recorded values are normalized (``"5"`` is recorded as ``"5.0"``, ``"yes"`` as
-``"on"``), so the log reads the same whatever the user typed.
+Recorded values are normalized (``"5"`` is recorded as ``"5.0"`` for seconds and
+``"5"`` for a count, ``"yes"`` as ``"on"``), so the log reads the same whatever the
+user typed.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from typing import ClassVar, NamedTuple
 
 from events.errors import InvalidSettingError
 
-#: The value of a setting: seconds, an on/off flag, or text.
-SettingValue = float | bool | str
+#: The value of a setting: seconds, an on/off flag, a count, or text. (``bool`` is an
+#: ``int`` to Python, so code that tells them apart tests for ``bool`` first.)
+SettingValue = float | bool | int | str
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,37 @@ class SecondsSetting:
 
     def describe(self) -> str:
         return f"{self.low:g} to {self.high:g}, default {self.default:g}"
+
+
+@dataclass(frozen=True)
+class CountSetting:
+    """A whole-number setting: its default, the inclusive bounds of its value, what it does."""
+
+    default: int
+    low: int
+    high: int
+    help: str
+    placeholder: ClassVar[str] = "N"
+
+    def parse(self, key: str, text: str) -> int:
+        """``text`` as a whole number within the bounds, or ``InvalidSettingError``.
+
+        Only ASCII digits (blanks around them aside): no sign, point, exponent or
+        ``_``, so ``3.5``, ``1e1``, ``nan`` and ``-1`` are refused with the bounds.
+        """
+        digits = text.strip()
+        # More digits than any bound has would be out of bounds anyway, and int()
+        # of thousands of digits is slow (and refused past sys.get_int_max_str_digits).
+        if digits.isascii() and digits.isdigit() and len(digits) <= len(str(self.high)):
+            count = int(digits)
+            if self.low <= count <= self.high:
+                return count
+        raise InvalidSettingError(
+            f"{key} must be a whole number from {self.low} to {self.high}, not {text!r}."
+        )
+
+    def describe(self) -> str:
+        return f"whole number {self.low} to {self.high}, default {self.default}"
 
 
 #: The words an on/off flag accepts (compared lowercased, without surrounding blanks).
@@ -130,7 +164,7 @@ class TextSetting:
         return f"text, default {show_value(self.default)}"
 
 
-Setting = SecondsSetting | FlagSetting | TextSetting
+Setting = SecondsSetting | CountSetting | FlagSetting | TextSetting
 
 
 def command_line_problem(text: str) -> str | None:
@@ -141,6 +175,45 @@ def command_line_problem(text: str) -> str | None:
         shlex.split(text)
     except ValueError as e:
         return f"is not a valid command line ({e}): quote it as a shell would, not {text!r}."
+    return None
+
+
+#: The characters git refuses anywhere in a branch name, besides blanks and control
+#: characters (``git check-ref-format``).
+_BRANCH_FORBIDDEN = "~^:?*[\\"
+
+
+def branch_prefix_problem(text: str) -> str | None:
+    """Why ``text`` cannot start a git branch name, or None.
+
+    The rules of ``git check-ref-format`` that a prefix can break whatever
+    follows it: a feature's branch is this prefix followed by the spec's slug,
+    so a trailing ``/`` (a branch "folder") is fine, a trailing ``.`` too.
+    """
+    problem = _branch_prefix_rule(text)
+    if problem is None:
+        return None
+    return f"cannot start a git branch name: {problem}, not {text!r}. For example: 'shep/'."
+
+
+def _branch_prefix_rule(text: str) -> str | None:
+    if not text:
+        return "it is empty"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
+        return "it contains a blank or a control character"
+    bad = sorted({c for c in text if c in _BRANCH_FORBIDDEN})
+    if bad:
+        return "it contains " + " ".join(bad)
+    if text[0] in "-/":
+        return f"it starts with {text[0]!r}"
+    for sequence in ("..", "@{", "//"):
+        if sequence in text:
+            return f"it contains {sequence!r}"
+    components = text.split("/")
+    if any(part.startswith(".") for part in components):
+        return "a '/'-separated part starts with '.'"
+    if any(part.endswith(".lock") for part in components):
+        return "a '/'-separated part ends with '.lock'"
     return None
 
 
@@ -171,7 +244,55 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "notify_timeout": SecondsSetting(
             10.0, 1.0, 300.0, "seconds notify_command may run before it is killed"
         ),
+        # The feature workflow's (`shep feat`); `shep settings workflow` shows and sets them.
+        "feature_fast": FlagSetting(
+            False, "`shep feat new` implements straight from the description unless --no-fast"
+        ),
+        "allow_prd": FlagSetting(False, "skip the feature workflow's PRD approval gate"),
+        "allow_plan": FlagSetting(False, "skip the feature workflow's plan approval gate"),
+        "allow_merge": FlagSetting(False, "skip the feature workflow's merge approval gate"),
+        "requirements_iterations": CountSetting(
+            3, 1, 20, "rounds of open questions requirements may ask before the run fails"
+        ),
+        "branch_prefix": TextSetting(
+            "shep/",
+            "start of each feature branch name",
+            check=branch_prefix_problem,
+            max_length=200,
+            placeholder="PREFIX",
+        ),
+        # Cut into argv with shlex, like notify_command.
+        "worktree_setup_command": TextSetting(
+            "",
+            "run in each new feature worktree ('': nothing)",
+            check=command_line_problem,
+            placeholder="'COMMAND ARG...'",
+        ),
+        "worktree_setup_timeout": SecondsSetting(
+            600.0, 1.0, WEEK, "seconds worktree_setup_command may run"
+        ),
+        "test_command": TextSetting(
+            "",
+            "runs a feature's tests ('': shep detects one)",
+            check=command_line_problem,
+            placeholder="'COMMAND ARG...'",
+        ),
+        "test_timeout": SecondsSetting(1800.0, 1.0, WEEK, "seconds test_command may run"),
     }
+)
+
+#: The feature workflow's settings, in the order `shep settings workflow` lists them.
+WORKFLOW_SETTINGS: tuple[str, ...] = (
+    "feature_fast",
+    "allow_prd",
+    "allow_plan",
+    "allow_merge",
+    "requirements_iterations",
+    "branch_prefix",
+    "worktree_setup_command",
+    "worktree_setup_timeout",
+    "test_command",
+    "test_timeout",
 )
 
 #: The settings that are numbers of seconds.
@@ -189,6 +310,11 @@ def default_values() -> dict[str, float]:
     return {name: spec.default for name, spec in SECONDS_SETTINGS.items()}
 
 
+def default_counts() -> dict[str, int]:
+    """Every count setting at its default."""
+    return {n: s.default for n, s in SETTINGS.items() if isinstance(s, CountSetting)}
+
+
 def default_flags() -> dict[str, bool]:
     """Every on/off setting at its default."""
     return {n: s.default for n, s in SETTINGS.items() if isinstance(s, FlagSetting)}
@@ -200,18 +326,20 @@ def default_texts() -> dict[str, str]:
 
 
 def record_value(value: SettingValue) -> str:
-    """How a value is recorded in ``SettingChanged.value``: ``5.0``, ``on``/``off``, the text."""
+    """How a value is recorded in ``SettingChanged.value``: ``5.0``, ``on``, ``3``, the text."""
     if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)
 
 
 def show_value(value: SettingValue) -> str:
-    """A value as people read it: ``5``, ``on``/``off``, the text (``""`` when empty)."""
+    """A value as people read it: ``5``, ``on``/``off``, ``3``, the text (``""`` when empty)."""
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, float):
         return f"{value:g}"
+    if isinstance(value, int):
+        return str(value)
     return value or '""'
 
 
@@ -274,21 +402,30 @@ class SettingValues:
     values: dict[str, float] = field(default_factory=default_values)
     flags: dict[str, bool] = field(default_factory=default_flags)
     texts: dict[str, str] = field(default_factory=default_texts)
+    counts: dict[str, int] = field(default_factory=default_counts)
     #: Per setting, the newest recorded change that was skipped, unless a valid
     #: change of the same setting came after it.
     skipped: dict[str, SkippedChange] = field(default_factory=dict)
 
     def get(self, key: str) -> SettingValue:
         """The value of any setting (``KeyError`` for an unknown one)."""
-        for kind in (self.values, self.flags, self.texts):
+        kinds: tuple[Mapping[str, SettingValue], ...] = (
+            self.values,
+            self.flags,
+            self.texts,
+            self.counts,
+        )
+        for kind in kinds:
             if key in kind:
                 return kind[key]
         raise KeyError(key)
 
     def put(self, key: str, value: SettingValue) -> None:
         """Set a setting's value into the dict of its kind."""
-        if isinstance(value, bool):
+        if isinstance(value, bool):  # before int: a bool is an int
             self.flags[key] = value
+        elif isinstance(value, int):
+            self.counts[key] = value
         elif isinstance(value, float):
             self.values[key] = value
         else:

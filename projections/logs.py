@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from events.base import Event
+from events.features import (
+    BranchPushed,
+    FeatureMerged,
+    MergeConflicted,
+    PullRequestOpened,
+    TaskCompleted,
+    TaskStarted,
+    TestsRan,
+    WorktreeCreated,
+    WorktreeRemoved,
+    WorktreeSetupRan,
+)
 from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
@@ -72,7 +87,13 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
             "node.completed",
             event.node,
             f"{event.node} completed in {event.duration_ms / 1000:.1f}s "
-            f"({u.input_tokens} in / {u.output_tokens} out tokens{cost})",
+            f"({u.input_tokens} in / {u.output_tokens} out tokens{cost})"
+            + (f", snapshot {event.snapshot[:10]}" if event.snapshot else "")
+            + (
+                f", after {event.waited_ms / 1000:.0f}s waiting for a person"
+                if event.waited_ms is not None
+                else ""
+            ),
         )
     if isinstance(event, NodeFailed):
         return (
@@ -122,7 +143,59 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
         return "notification.sent", None, f"notified: {event.command}"
     if isinstance(event, NotificationFailed):
         return "notification.failed", None, f"notification failed: {event.error}"
+    feature = _FEATURE_LINES.get(type(event))
+    if feature is not None:
+        return feature(event)
     return type(event).__name__, None, ""
+
+
+def _tests_line(e: TestsRan) -> str:
+    if e.exit_code is None:
+        outcome = "timed out"
+    else:
+        outcome = "passed" if e.passed else f"exit {e.exit_code}"
+    return f"tests `{e.command}` {outcome} in {e.duration_ms / 1000:.1f}s"
+
+
+#: The feature workflow's events (events.features): (kind, node, message) of each.
+_FEATURE_LINES: dict[type[Event], Callable[[Any], tuple[str, str | None, str]]] = {
+    WorktreeCreated: lambda e: (
+        "feature.worktree",
+        "setup",
+        f"branch {e.branch} from {e.base} ({e.base_sha[:10]}), worktree {e.path}",
+    ),
+    WorktreeSetupRan: lambda e: (
+        "feature.setup",
+        "setup",
+        f"setup `{e.command}` " + ("timed out" if e.exit_code is None else f"exited {e.exit_code}"),
+    ),
+    TaskStarted: lambda e: ("task.started", "implement", f"task {e.task} ({e.phase}): {e.title}"),
+    TaskCompleted: lambda e: (
+        "task.completed",
+        "implement",
+        f"task {e.task} completed in {e.duration_ms / 1000:.1f}s"
+        + (f" (snapshot {e.snapshot[:10]})" if e.snapshot else ""),
+    ),
+    TestsRan: lambda e: ("feature.tests", "tests", _tests_line(e)),
+    MergeConflicted: lambda e: (
+        "feature.conflict",
+        "merge",
+        f"merging into {e.into} conflicts in: {', '.join(e.files)}",
+    ),
+    FeatureMerged: lambda e: (
+        "feature.merged",
+        "merge",
+        f"merged into {e.into} as {e.commit[:10]}: {e.files} files, +{e.added} -{e.removed}",
+    ),
+    BranchPushed: lambda e: ("feature.pushed", "merge", f"pushed {e.branch} to {e.remote}"),
+    PullRequestOpened: lambda e: ("feature.pr", "merge", f"pull request {e.url}"),
+    WorktreeRemoved: lambda e: (
+        "feature.cleanup",
+        None,
+        f"worktree {e.path} removed by {e.removed_by} ({e.reason})"
+        + (f"; branch {e.branch} deleted" if e.branch_deleted else ""),
+    ),
+}
 
 
 def _log(b: Batch, event: Event) -> None:
@@ -153,6 +226,7 @@ _LOGGED: tuple[type[Event], ...] = (
     RunCancelled,
     RunCompleted,
     RunFailed,
+    *_FEATURE_LINES,
 )
 
 

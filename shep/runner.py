@@ -214,7 +214,11 @@ class Runner:
         for interrupt in interrupts:
             item = load_item(self.store, item_stream_id(self.run_id, interrupt.id))
             if item is not None and item.decision is not None:
-                values[interrupt.id] = resume_value(item.decision)
+                waited = item.decision.timestamp - item.asked.timestamp
+                values[interrupt.id] = {
+                    **resume_value(item.decision),
+                    "waited_ms": max(0, int(waited.total_seconds() * 1000)),
+                }
         return values
 
     def _suspend(self, asks: list[Ask]) -> RunStatus:
@@ -266,6 +270,8 @@ class Runner:
     def _remember_history(self, ctx: RunContext, kit: RunKit) -> None:
         """Attempts so far per node and iteration, and agent sessions still in flight."""
         for event in self.store.load(self.run_id):
+            if getattr(event, "snapshot", None):
+                ctx.snapshots += 1
             if isinstance(event, NodeStarted):
                 key = (event.node, event.iteration)
                 ctx.attempts[key] = max(ctx.attempts.get(key, 0), event.attempt)

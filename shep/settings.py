@@ -16,6 +16,7 @@ from events.setting_values import (
     SettingValue,
     SettingValues,
     SkippedChange,
+    default_counts,
     default_flags,
     default_texts,
     default_values,
@@ -44,6 +45,8 @@ class Settings:
     values: dict[str, float] = field(default_factory=default_values)
     flags: dict[str, bool] = field(default_factory=default_flags)
     texts: dict[str, str] = field(default_factory=default_texts)
+    #: The whole-number settings (``counts["requirements_iterations"]``).
+    counts: dict[str, int] = field(default_factory=default_counts)
     #: Recorded values that break the rules (written by an older shep) and are ignored.
     skipped: list[SkippedChange] = field(default_factory=list)
 
@@ -55,7 +58,9 @@ class Settings:
 
     def every(self) -> dict[str, SettingValue]:
         """Every plain setting's value, in the order ``settings show`` lists them."""
-        return SettingValues(self.values, self.flags, self.texts).every()
+        return SettingValues(
+            values=self.values, flags=self.flags, texts=self.texts, counts=self.counts
+        ).every()
 
 
 def load_settings(store: EventStore) -> Settings:
@@ -76,6 +81,7 @@ def load_settings(store: EventStore) -> Settings:
     settings.values = folded.values
     settings.flags = folded.flags
     settings.texts = folded.texts
+    settings.counts = folded.counts
     settings.skipped = list(folded.skipped.values())
     return settings
 

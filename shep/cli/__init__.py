@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "answer": "shep.cli.inbox:answer",
     "approve": "shep.cli.inbox:approve",
     "reject": "shep.cli.inbox:reject",
+    "feat": "shep.cli.feat:feat",
 }
 
 INTERNAL_ERROR_EXIT = 70

@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,6 +16,7 @@ from shep.runtime import Runtime
 
 
 @click.command()
+@click.argument("what", type=click.Choice(["analyze", "feature"]), default="analyze")
 @click.option(
     "--delay",
     type=Seconds(0),
@@ -23,22 +25,20 @@ from shep.runtime import Runtime
     help="Seconds the demo agent takes per step.",
 )
 @click.pass_context
-def demo(ctx: click.Context, delay: float) -> None:
-    """Run analyze-repository on a bundled sample repository with the built-in demo agent.
+def demo(ctx: click.Context, what: str, delay: float) -> None:
+    """Show shep on a bundled sample repository with the built-in demo agent.
+
+    `shep demo` (analyze) runs analyze-repository. `shep demo feature` takes a
+    feature from a one-line description through requirements (with a question),
+    research, plan, tasks, tests and the approval gates to a merged commit,
+    answering and approving as you would, each command shown with its output.
 
     Everything happens in a temporary shep home, so your own settings and runs
-    are untouched. The demo agent gives canned answers (it is not an AI); it
-    shows what a run records: status, logs, the report, the audit chain.
+    are untouched. The demo agent gives canned answers (it is not an AI).
     """
-
     from commands.configure_agent import configure_agent
-    from commands.create_run import create_run
-    from shep.cli.logs import logs
-    from shep.cli.run import execute_run
-    from shep.cli.status import status
     from shep.demo import SAMPLE_REPO
-    from shep.identity import current_actor, host_name, process_start
-    from shep.workflows import get_workflow
+    from shep.identity import current_actor
 
     try:
         tempfile.gettempdir().encode()  # the demo's home is recorded as text in events
@@ -62,6 +62,21 @@ def demo(ctx: click.Context, delay: float) -> None:
         configured_by=current_actor(),
         binary_version="built-in",
     )
+    if what == "feature":
+        _feature_demo(ctx, runtime, home, repo)
+    else:
+        _analyze_demo(ctx, runtime, home, repo)
+
+
+def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) -> None:
+    from commands.create_run import create_run
+    from shep.cli.logs import logs
+    from shep.cli.run import execute_run
+    from shep.cli.status import status
+    from shep.identity import current_actor, host_name, process_start
+    from shep.workflows import get_workflow
+
+    store = runtime.store()
     workflow = get_workflow("analyze-repository")
     run_id = create_run(
         store,
@@ -96,3 +111,80 @@ def demo(ctx: click.Context, delay: float) -> None:
         "  shep settings agent                       # choose your real agent CLI\n"
         "  shep run analyze-repository --repo PATH   # analyze your own repository"
     )
+
+
+#: What the feature demo asks for.
+DEMO_FEATURE = "Add a low-stock report listing items below their reorder level"
+
+
+def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) -> None:
+    """feat new, then answer and approve what it asks (the recommended option) until it ends."""
+    import subprocess
+
+    from commands.run_state import load_run
+    from events.runs import WAITING_STATUSES
+    from projections.inbox_queries import list_inbox
+    from projections.runner import catch_up
+    from shep.cli.feat import new
+    from shep.cli.inbox import answer, approve, inbox
+    from shep.cli.logs import logs
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost"}
+    env |= {"GIT_COMMITTER_NAME": "demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Inventory"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
+    click.echo(
+        "shep demo feature: a feature from a description to a merged commit, with the DEMO "
+        f"agent (canned answers, not an AI), in {home}\n"
+    )
+    click.echo(f'$ shep feat new "{DEMO_FEATURE}" --repo {repo}')
+    with click.Context(new, obj=runtime, info_name="new", parent=ctx) as sub:
+        sub.invoke(new, description=DEMO_FEATURE, repo=repo)
+    store = runtime.store()
+    run_id = next(iter(_feature_runs(runtime)))
+    short = run_id.hex[:8]
+    for _ in range(20):  # every gate and question of one feature, with room to spare
+        if load_run(store, run_id).status not in WAITING_STATUSES:
+            break
+        conn = runtime.read_db()
+        catch_up(conn)
+        item = list_inbox(conn, run_id=run_id.hex)[0]
+        click.echo("\n$ shep inbox")
+        with click.Context(inbox, obj=runtime, info_name="inbox", parent=ctx) as sub:
+            sub.invoke(inbox, as_json=False, repo=None, run_ref=None)
+        ref = item["item_id"][:8]
+        if item["kind"] == "question":
+            option = next(o for o in item["options"] if o.get("recommended"))
+            click.echo(f"\n$ shep answer {ref} --option {option['id']} --wait")
+            with click.Context(answer, obj=runtime, info_name="answer", parent=ctx) as sub:
+                sub.invoke(answer, item_ref=ref, text=None, option_id=option["id"], wait=True)
+        else:
+            click.echo(f"\n$ shep approve {ref} --wait")
+            with click.Context(approve, obj=runtime, info_name="approve", parent=ctx) as sub:
+                sub.invoke(approve, item_ref=ref, comment="", wait=True)
+    click.echo(f"\n$ shep logs {short}")
+    with click.Context(logs, obj=runtime, info_name="logs", parent=ctx) as sub:
+        sub.invoke(logs, run=short, follow=False, as_json=False)
+    click.echo(f"\n$ git -C {repo} log --stat -1")
+    shown = subprocess.run(
+        ["git", "-C", str(repo), "log", "--stat", "-1"], check=False, capture_output=True, text=True
+    )
+    click.echo(shown.stdout.rstrip())
+    click.echo(
+        "\nTry next:\n"
+        f"  SHEP_HOME={home} shep feat show {short}   # phases, timings, snapshots\n"
+        f"  SHEP_HOME={home} shep audit verify        # prove the log was not edited\n"
+        "  shep settings agent                       # choose your real agent CLI\n"
+        '  shep feat new "DESCRIPTION"               # a feature in your own repository'
+    )
+
+
+def _feature_runs(runtime: Runtime) -> list[Any]:
+    from uuid import UUID
+
+    from projections.queries import list_runs
+    from projections.runner import catch_up
+
+    conn = runtime.read_db()
+    catch_up(conn)
+    return [UUID(r["run_id"]) for r in list_runs(conn) if r["workflow"].startswith("feature")]

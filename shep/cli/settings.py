@@ -6,15 +6,26 @@ import functools
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
 
 from events.errors import SettingsError
-from events.setting_values import HEARTBEATS_PER_ORPHAN_AFTER, SETTINGS, show_value
+from events.setting_values import (
+    HEARTBEATS_PER_ORPHAN_AFTER,
+    SETTINGS,
+    WORKFLOW_SETTINGS,
+    SettingValue,
+    checked_value,
+    show_value,
+)
 from shep.runtime import Runtime
+
+if TYPE_CHECKING:
+    from shep.settings import Settings
 
 
 @click.group()
@@ -202,9 +213,10 @@ def run_wizard(
 
 
 def _set_help() -> str:
-    lines = [f"  {name:<19} {spec.describe()}: {spec.help}" for name, spec in SETTINGS.items()]
+    width = max(map(len, SETTINGS))
+    lines = [f"  {name:<{width}} {spec.describe()}: {spec.help}" for name, spec in SETTINGS.items()]
     return (
-        "Change a plain setting KEY to VALUE: seconds, on/off, or text.\n\n"
+        "Change a plain setting KEY to VALUE: seconds, on/off, a count, or text.\n\n"
         "\b\n" + "\n".join(lines) + "\n\n"
         "An on/off setting also takes true/false, yes/no or 1/0. "
         f"heartbeat_interval must stay at most orphan_after / {HEARTBEATS_PER_ORPHAN_AFTER}, "
@@ -216,7 +228,9 @@ def _set_help() -> str:
         "kind, run_id, workflow, repo, node, iteration, prompt, options, artifacts, "
         "deadline, and the shep commands that decide it. If it fails, or runs longer than "
         "notify_timeout (then its process group is killed), that is recorded in the run's "
-        "logs; the run goes on regardless. Set it to '' to turn it off."
+        "logs; the run goes on regardless. Set it to '' to turn it off.\n\n"
+        "The feature workflow's settings (feature_fast to test_timeout) can also be "
+        "shown and set together with `shep settings workflow`."
     )
 
 
@@ -257,13 +271,7 @@ def show(runtime: Runtime, as_json: bool) -> None:
 
     current = load_settings(runtime.store())
     values = current.every()
-    for skipped in current.skipped:
-        click.echo(
-            f"shep: ignoring a recorded setting: {skipped.reason} It stays "
-            f"{show_value(values[skipped.key])}; change it with "
-            f"`shep settings set {skipped.key} {SETTINGS[skipped.key].placeholder}`.",
-            err=True,
-        )
+    _warn_skipped(current, SETTINGS)
     agent = {
         "agent_type": current.agent_type,
         "auth_method": current.auth_method,
@@ -283,3 +291,137 @@ def show(runtime: Runtime, as_json: bool) -> None:
             click.echo(f"{key}: {text}")
     for key, value in values.items():
         click.echo(f"{key}: {show_value(value)}")
+
+
+def _warn_skipped(current: Settings, keys: Iterable[str]) -> None:
+    """Say, on stderr, which recorded values of ``keys`` are ignored and how to repair them."""
+    values = current.every()
+    wanted = set(keys)
+    for skipped in current.skipped:
+        if skipped.key not in wanted:
+            continue
+        click.echo(
+            f"shep: ignoring a recorded setting: {skipped.reason} It stays "
+            f"{show_value(values[skipped.key])}; change it with "
+            f"`shep settings set {skipped.key} {SETTINGS[skipped.key].placeholder}`.",
+            err=True,
+        )
+
+
+#: The gates --allow-all and --no-allow-all set, unless their own option is given too.
+ALLOW_ALL = ("allow_prd", "allow_plan", "allow_merge")
+
+
+@settings.command("workflow")
+@click.option("--json", "as_json", is_flag=True, help="Print the workflow settings as JSON.")
+@click.option(
+    "--fast/--no-fast",
+    "feature_fast",
+    default=None,
+    help="feature_fast: `shep feat new` implements straight from the description.",
+)
+@click.option(
+    "--allow-prd/--no-allow-prd", default=None, help="allow_prd: skip the PRD approval gate."
+)
+@click.option(
+    "--allow-plan/--no-allow-plan", default=None, help="allow_plan: skip the plan approval gate."
+)
+@click.option(
+    "--allow-merge/--no-allow-merge",
+    default=None,
+    help="allow_merge: skip the merge approval gate.",
+)
+@click.option(
+    "--allow-all/--no-allow-all",
+    default=None,
+    help="Set allow_prd, allow_plan and allow_merge at once (their own options win).",
+)
+@click.option(
+    "--requirements-iterations",
+    metavar="N",
+    help="requirements_iterations: rounds of open questions before the run fails (1 to 20).",
+)
+@click.option(
+    "--branch-prefix", metavar="PREFIX", help="branch_prefix: the start of each feature branch."
+)
+@click.option(
+    "--setup-command",
+    "worktree_setup_command",
+    metavar="'COMMAND ARG...'",
+    help="worktree_setup_command: run in each new feature worktree ('': nothing).",
+)
+@click.option(
+    "--setup-timeout",
+    "worktree_setup_timeout",
+    metavar="SECONDS",
+    help="worktree_setup_timeout: seconds the setup command may run.",
+)
+@click.option(
+    "--test-command",
+    metavar="'COMMAND ARG...'",
+    help="test_command: runs a feature's tests ('': shep detects one).",
+)
+@click.option(
+    "--test-timeout", metavar="SECONDS", help="test_timeout: seconds the test command may run."
+)
+@click.pass_obj
+def workflow(
+    runtime: Runtime, /, as_json: bool, allow_all: bool | None, **options: bool | str | None
+) -> None:
+    """Show the feature workflow's settings, or change those given as options.
+
+    Without options, prints each setting, its value and what it does. Each
+    option is recorded as `shep settings set` records it, with the same checks;
+    all of them are checked first, so a bad one records none of them.
+    """
+    from shep.settings import load_settings
+
+    store = runtime.store()
+    current = load_settings(store)
+    changes = _workflow_changes(allow_all, options)
+    if not changes:
+        _warn_skipped(current, WORKFLOW_SETTINGS)
+        _print_workflow(current.every(), as_json)
+        return
+    from commands.configure_agent import change_setting
+    from shep.identity import current_actor
+
+    for key, text in changes.items():
+        checked_value(current.values, key, text)
+    actor = current_actor()
+    recorded = [
+        change_setting(store, key=key, value=text, changed_by=actor)
+        for key, text in changes.items()
+    ]
+    if as_json:
+        _print_workflow(load_settings(store).every(), as_json)
+        return
+    for event in recorded:
+        click.echo(f"{event.key} = {show_value(SETTINGS[event.key].parse(event.key, event.value))}")
+
+
+def _workflow_changes(
+    allow_all: bool | None, options: dict[str, bool | str | None]
+) -> dict[str, str]:
+    """The ``settings set`` KEY and VALUE of each option given, in ``WORKFLOW_SETTINGS`` order."""
+    given = {key: value for key, value in options.items() if value is not None}
+    if allow_all is not None:
+        for key in ALLOW_ALL:
+            given.setdefault(key, allow_all)
+    return {
+        key: ("on" if given[key] else "off") if isinstance(given[key], bool) else str(given[key])
+        for key in WORKFLOW_SETTINGS
+        if key in given
+    }
+
+
+def _print_workflow(values: dict[str, SettingValue], as_json: bool) -> None:
+    if as_json:
+        data = {key: values[key] for key in WORKFLOW_SETTINGS}
+        click.echo(msgspec.json.format(msgspec.json.encode(data).decode(), indent=2))
+        return
+    shown = {key: show_value(values[key]) for key in WORKFLOW_SETTINGS}
+    key_width = max(map(len, shown))
+    value_width = max(map(len, shown.values()))
+    for key, text in shown.items():
+        click.echo(f"{key:<{key_width}}  {text:<{value_width}}  ({SETTINGS[key].help})")

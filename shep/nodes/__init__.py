@@ -26,13 +26,14 @@ class RunKit:
         self, ctx: RunContext, executor: AgentExecutor, settings: Settings, timeout: float
     ) -> None:
         self.ctx = ctx
+        ctx.settings = settings
         self.agents = AgentNodes(ctx, executor, settings, timeout)
 
     def agent(self, step: AgentStep) -> NodeFn:
         return self.agents.node(step)
 
     def deterministic(self, step: DeterministicStep) -> NodeFn:
-        return deterministic_node(self.ctx, step)
+        return deterministic_node(self.ctx, self.agents, step)
 
     def question(self, step: QuestionStep) -> NodeFn:
         return question_node(self.ctx, step)

@@ -87,6 +87,7 @@ class AgentNodes:
         before: list[tuple[type[Any], dict[str, Any]]] = []
         if step.artifact:
             before.append((ArtifactWritten, self._write_artifact(step, result.text, started_wall)))
+        snapshot = ctx.snapshot(step.name) if step.writes or step.write_only else None
         usage = Usage(
             input_tokens=result.usage.input_tokens,
             output_tokens=result.usage.output_tokens,
@@ -101,6 +102,7 @@ class AgentNodes:
             session_id=result.session_id,
             usage=usage,
             turns=result.turns,
+            snapshot=snapshot,
         )
         session = result.session_id if self.executor.supports("session-resume") else None
         return {
@@ -113,9 +115,10 @@ class AgentNodes:
         plan = self.ctx.plan
         repo = plan.repo
         fields = {"repo": str(repo), "repo_name": repo.name, **plan.inputs}
-        if "{tree}" in step.instruction:
+        template = step.prompt(state) if step.prompt else step.instruction
+        if "{tree}" in template:
             fields["tree"] = repository_tree(repo)
-        instruction = step.instruction.format(**fields)
+        instruction = template.format(**fields) if step.prompt is None else template
         reason = (state.get("feedback") or {}).get(step.name)
         if reason:
             instruction += (
@@ -131,10 +134,11 @@ class AgentNodes:
             session = None
         options = AgentOptions(
             cwd=str(repo),
-            allowed_tools=tools_for(plan.agent_type, write=step.writes),
+            allowed_tools=tools_for(plan.agent_type, write=step.writes, only=step.write_only),
             resume_session=session,
             model=plan.model or self.settings.model,
             timeout=self.timeout,
+            max_turns=step.max_turns,
         )
         try:
             return self._stream(step, prompt, options)
@@ -142,6 +146,33 @@ class AgentNodes:
             # The agent forgot the session (new machine, cleared state): carry the context.
             plain = embed_context(instruction, earlier)
             return self._stream(step, plain, msgspec.structs.replace(options, resume_session=None))
+
+    def call(self, node: str, prompt: str, *, writes: bool) -> AgentResult:
+        """One fresh agent call for a step of Python (a task of implement), output under ``node``.
+
+        The prompt is self-contained (no session is resumed); retryable agent
+        errors are retried like an agent step's, twice, after a pause.
+        """
+        plan = self.ctx.plan
+        options = AgentOptions(
+            cwd=str(plan.repo),
+            allowed_tools=tools_for(plan.agent_type, write=writes),
+            model=plan.model or self.settings.model,
+            timeout=self.timeout,
+        )
+        step = AgentStep(name=node, title=node, instruction="", writes=writes)
+        for attempt in range(3):
+            try:
+                result = self._stream(step, prompt, options)
+            except AgentError as e:
+                if not e.retryable or attempt == 2:
+                    raise
+                time.sleep(2.0 * (attempt + 1))
+                continue
+            finally:
+                self.ctx.output_buffer().flush()
+            return result
+        raise AssertionError("unreachable")
 
     def _stream(self, step: AgentStep, prompt: str, options: AgentOptions) -> AgentResult:
         token = LAUNCHER.set(functools.partial(self._launch, step.name))

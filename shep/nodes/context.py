@@ -79,10 +79,40 @@ class RunContext:
     #: Attempts so far per (node, iteration), from the log and this execution.
     attempts: dict[tuple[str, int], int] = field(default_factory=dict)
     buffer: AgentOutputBuffer | None = None
+    #: Snapshots taken so far in this run (the log's and this execution's): names the next ref.
+    snapshots: int = 0
+    settings: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def run_id(self) -> UUID:
         return self.plan.run_id
+
+    def snapshot(self, label: str) -> str | None:
+        """Commit the repository's files as they are now to ``refs/shep/runs/RUN/N``.
+
+        Untracked files and changes made through a shell included; the user's
+        HEAD, index and branch untouched (``shep.git.snapshot``). None when the
+        repository is not the root of a git work tree, or git failed (said).
+        """
+        from events.errors import GitError
+        from shep import git
+
+        repo = self.plan.repo
+        if not (repo / ".git").exists():
+            return None
+        with self._lock:
+            self.snapshots += 1
+            number = self.snapshots
+        try:
+            return git.snapshot(
+                repo,
+                f"refs/shep/runs/{self.run_id.hex}/{number}",
+                message=f"shep {self.plan.workflow.name} {self.run_id.hex[:8]}: {label}",
+            )
+        except GitError as e:
+            self.progress.message(f"no snapshot after {label}: {e}")
+            return None
 
     def output_buffer(self) -> AgentOutputBuffer:
         if self.buffer is None:
@@ -109,8 +139,10 @@ class RunContext:
         """Make ``name`` the node the heartbeat and the progress display report."""
         with self.live.lock:
             self.live.node, self.live.activity = name, None
-        phases = self.plan.workflow.node_names
-        index = phases.index(name) + 1 if name in phases else 0
+        workflow = self.plan.workflow
+        phases = workflow.node_names
+        phase = workflow.phase(name)
+        index = phases.index(phase) + 1 if phase in phases else 0
         self.progress.node_started(name, index, attempt, iteration)
 
     def fail_node(
@@ -138,6 +170,8 @@ class RunContext:
         session_id: str | None = None,
         usage: Usage | None = None,
         turns: int | None = None,
+        snapshot: str | None = None,
+        waited_ms: int | None = None,
     ) -> None:
         """Queue ``NodeCompleted`` (after ``before``) to join this step's checkpoint.
 
@@ -157,6 +191,8 @@ class RunContext:
                     "agent_session_id": session_id,
                     "usage": usage or Usage(),
                     "turns": turns,
+                    "snapshot": snapshot,
+                    "waited_ms": waited_ms,
                 },
             ),
         ]

@@ -46,8 +46,11 @@ def question_node(ctx: RunContext, step: QuestionStep) -> NodeFn:
             }
         )
         ctx.show_node(step.name, iteration)
-        ctx.complete_node(step.name, started=time.monotonic())
-        return {"answers": {step.name: str(value["answer"])}, "iterations": {step.name: iteration}}
+        ctx.complete_node(step.name, started=time.monotonic(), waited_ms=value.get("waited_ms"))
+        answer = str(value["answer"])
+        option = value.get("option_id")
+        extra = step.record(state, answer, str(option) if option else None) if step.record else {}
+        return {**extra, "answers": {step.name: answer}, "iterations": {step.name: iteration}}
 
     run.__name__ = step.name.replace("-", "_")
     return run
@@ -80,7 +83,7 @@ def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
             }
         )
         ctx.show_node(step.name, iteration)
-        ctx.complete_node(step.name, started=time.monotonic())
+        ctx.complete_node(step.name, started=time.monotonic(), waited_ms=value.get("waited_ms"))
         approved = bool(value["approved"])
         return {
             "verdicts": {step.name: "approved" if approved else "rejected"},

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from events.errors import UnknownWorkflowError
 from shep.workflows.analyze_repository import ANALYZE_REPOSITORY
 from shep.workflows.base import AgentStep, Workflow
+from shep.workflows.feature import FEATURE_WORKFLOWS
 
 __all__ = ["WORKFLOWS", "AgentStep", "Workflow", "get_workflow"]
 
@@ -35,7 +36,7 @@ def _plugins() -> list[Workflow]:
 
 
 WORKFLOWS: Mapping[str, Workflow] = MappingProxyType(
-    {workflow.name: workflow for workflow in (ANALYZE_REPOSITORY, *_plugins())}
+    {workflow.name: workflow for workflow in (ANALYZE_REPOSITORY, *FEATURE_WORKFLOWS, *_plugins())}
 )
 
 

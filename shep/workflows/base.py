@@ -40,10 +40,15 @@ _DEFAULT_READ = ("Read", "Glob", "Grep")
 _DEFAULT_WRITE = ("Write", "Edit")
 
 
-def tools_for(agent_type: str, *, write: bool) -> tuple[str, ...]:
-    """The agent's own names for read-only tools, plus write tools when ``write``."""
+def tools_for(agent_type: str, *, write: bool, only: bool = False) -> tuple[str, ...]:
+    """The agent's own names for read-only tools, plus write tools when ``write``;
+    ``only``: the write tools alone.
+    """
+    writes = WRITE_TOOLS.get(agent_type, _DEFAULT_WRITE)
+    if only:
+        return writes
     read = READ_TOOLS.get(agent_type, _DEFAULT_READ)
-    return read + WRITE_TOOLS.get(agent_type, _DEFAULT_WRITE) if write else read
+    return read + writes if write else read
 
 
 class StepState(TypedDict, total=False):
@@ -85,19 +90,61 @@ class AgentStep:
     instruction: str
     writes: bool = False
     artifact: str | None = None
+    #: Builds the instruction from the state instead (it is formatted all the same).
+    prompt: Callable[[Mapping[str, Any]], str] | None = None
+    #: The write tools only (a repair that must not wander): implies ``writes``.
+    write_only: bool = False
+    max_turns: int | None = None
+
+
+class StepIO(Protocol):
+    """What a deterministic step may do besides computing its update: the runtime's, recorded.
+
+    ``record`` queues an event to commit with the step's completion (it happens
+    exactly when the step's result is saved); ``append`` commits one at once
+    (for what must be known even if the worker dies next: a task finished, a
+    merge made). ``agent`` asks the configured agent, its output recorded under
+    the step's node. ``snapshot`` commits the repository's files to a private
+    ref and returns the commit (None outside git). ``attempt`` counts this
+    node's executions in this iteration (2 and up: it failed or was cut off
+    before); ``history`` is the run's events so far.
+    """
+
+    repo: Path
+    run_id: str
+    inputs: Mapping[str, str]
+    iteration: int
+    attempt: int
+
+    def record(self, event_type: type[Any], **fields: Any) -> None: ...
+
+    def append(self, event_type: type[Any], **fields: Any) -> None: ...
+
+    def agent(self, prompt: str, *, writes: bool, label: str = "") -> Any: ...
+
+    def snapshot(self, label: str) -> str | None: ...
+
+    def message(self, text: str) -> None: ...
+
+    def history(self) -> list[Any]: ...
+
+    def setting(self, key: str) -> Any: ...
 
 
 @dataclass(frozen=True)
 class DeterministicStep:
-    """A node of plain Python: ``run(state, repo)`` returns the state update.
+    """A node of plain Python: ``run(state, io)`` returns the state update.
 
-    It must be deterministic and may read and write the repository. Raise
-    ``StepFailedError`` to fail the run with a message for the user.
+    It must be deterministic given the state, the repository and the log, and
+    may read and write the repository (``io.repo``). Raise ``StepFailedError``
+    to fail the run with a message for the user. ``writes``: the step may
+    change files, so its completion records a snapshot of them.
     """
 
     name: str
     title: str
-    run: Callable[[Mapping[str, Any], Path], dict[str, Any]]
+    run: Callable[[Mapping[str, Any], StepIO], dict[str, Any]]
+    writes: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +187,9 @@ class QuestionStep:
     name: str
     title: str
     ask: Callable[[Mapping[str, Any]], Question]
+    #: More of the state to update with the answer: ``record(state, answer, option_id)``
+    #: (``option_id`` None for a free-text answer).
+    record: Callable[[Mapping[str, Any], str, str | None], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -232,11 +282,17 @@ class Workflow:
     build: Callable[[NodeKit], StateGraph[Any, Any, Any, Any]]
     inputs: Mapping[str, str] = field(default_factory=dict)
     phases: tuple[str, ...] = ()
+    #: The phase each other node belongs to (a validator, a gate, a question of that phase).
+    phase_of: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def node_names(self) -> list[str]:
         """The phases (every step's name unless the workflow says otherwise)."""
         return list(self.phases) if self.phases else [step.name for step in self.steps]
+
+    def phase(self, node: str) -> str:
+        """The phase ``node`` counts for (itself when it is one)."""
+        return self.phase_of.get(node, node)
 
     def step(self, name: str) -> Step:
         """The step named ``name``."""

@@ -9,7 +9,6 @@ deterministic join that writes both answers to a file.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from events.errors import StepFailedError
@@ -22,6 +21,7 @@ from shep.workflows.base import (
     Option,
     Question,
     QuestionStep,
+    StepIO,
     StepState,
     Workflow,
     add_step,
@@ -49,12 +49,12 @@ def _scope(state: Mapping[str, Any]) -> Question:
     )
 
 
-def _check(state: Mapping[str, Any], repo: Path) -> dict[str, Any]:
+def _check(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     draft = (state.get("results") or {}).get("draft", "")
     if not draft.strip():
         raise StepFailedError("the draft is empty")
     scope = (state.get("answers") or {}).get("scope", "")
-    (repo / REVIEW_FILE).write_text(f"# Review\n\nScope: {scope}\n\n{draft}\n")
+    (io.repo / REVIEW_FILE).write_text(f"# Review\n\nScope: {scope}\n\n{draft}\n")
     return {}
 
 
@@ -119,9 +119,9 @@ def _ask(letter: str) -> QuestionStep:
 ASK_A, ASK_B = _ask("a"), _ask("b")
 
 
-def _join(state: Mapping[str, Any], repo: Path) -> dict[str, Any]:
+def _join(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     answers = state.get("answers") or {}
-    (repo / "answers.txt").write_text(f"a={answers.get('ask_a')}\nb={answers.get('ask_b')}\n")
+    (io.repo / "answers.txt").write_text(f"a={answers.get('ask_a')}\nb={answers.get('ask_b')}\n")
     return {}
 
 

@@ -23,6 +23,7 @@ import pytest
 from events.audit import verify_chain
 from events.base import Event
 from events.runs import (
+    AgentStarted,
     HeartbeatRecorded,
     NodeCompleted,
     NodeStarted,
@@ -158,9 +159,11 @@ def _history() -> tuple[list[Event], list[dict[str, Any]]]:
         ),
         RunStarted(**common, timestamp=_at(1), pid=100, host="h", epoch=1),
         NodeStarted(**common, timestamp=_at(2), node="scan"),
+        AgentStarted(**common, timestamp=_at(2.4), node="scan", agent="claude-code", pid=1),
         HeartbeatRecorded(**common, timestamp=_at(3), pid=100, host="h"),
         NodeCompleted(**common, timestamp=_at(4), node="scan", duration_ms=1),
         NodeStarted(**common, timestamp=_at(5), node="dependencies"),
+        AgentStarted(**common, timestamp=_at(5.4), node="dependencies", agent="claude-code", pid=2),
         RunInterrupted(**common, timestamp=_at(20), reason="stale", epoch=1, detected_by_pid=9),
         RunResumed(**common, timestamp=_at(21), pid=200, host="h", epoch=2),
     ]
@@ -177,6 +180,11 @@ def _history() -> tuple[list[Event], list[dict[str, Any]]]:
     for i, node in enumerate(NODES[1:]):
         start = 22 + 2 * i
         events.append(NodeStarted(**common, timestamp=_at(start), node=node))
+        events.append(
+            AgentStarted(
+                **common, timestamp=_at(start + 0.4), node=node, agent="claude-code", pid=3 + i
+            )
+        )
         calls.append(
             {
                 "run": RUN.hex,
@@ -199,7 +207,7 @@ def test_a_clean_takeover_history_has_no_fencing_problems() -> None:
 
 def _late_heartbeat(events: list[Event], calls: list[dict[str, Any]]) -> None:
     events.insert(
-        9,
+        11,
         HeartbeatRecorded(
             originator_id=RUN, originator_version=0, timestamp=_at(23), pid=100, host="h"
         ),
@@ -208,7 +216,7 @@ def _late_heartbeat(events: list[Event], calls: list[dict[str, Any]]) -> None:
 
 def _stale_batch(events: list[Event], calls: list[dict[str, Any]]) -> None:
     events.insert(
-        8,
+        10,
         NodeCompleted(
             originator_id=RUN,
             originator_version=0,
@@ -221,7 +229,7 @@ def _stale_batch(events: list[Event], calls: list[dict[str, Any]]) -> None:
 
 def _between_owners(events: list[Event], calls: list[dict[str, Any]]) -> None:
     events.insert(
-        7,
+        9,
         HeartbeatRecorded(
             originator_id=RUN, originator_version=0, timestamp=_at(20.5), pid=100, host="h"
         ),
@@ -229,8 +237,33 @@ def _between_owners(events: list[Event], calls: list[dict[str, Any]]) -> None:
 
 
 def _late_agent(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    """The old worker started an agent (and recorded it) after the takeover."""
     calls.append(
         {"run": RUN.hex, "node": "patterns", "time": _at(23).timestamp(), "pid": 50, "worker": 100}
+    )
+    events.insert(
+        -1,
+        AgentStarted(
+            originator_id=RUN,
+            originator_version=0,
+            timestamp=_at(23),
+            node="patterns",
+            agent="claude-code",
+            pid=50,
+        ),
+    )
+
+
+def _unrecorded_agent(events: list[Event], calls: list[dict[str, Any]]) -> None:
+    """An agent started without its AgentStarted, by a worker that went on."""
+    calls.append(
+        {
+            "run": RUN.hex,
+            "node": "patterns",
+            "time": _at(22.7).timestamp(),
+            "pid": 60,
+            "worker": 200,
+        }
     )
 
 
@@ -253,7 +286,8 @@ def _nobody_s_agent(events: list[Event], calls: list[dict[str, Any]]) -> None:
         (_late_heartbeat, "heartbeat of pid 100, owner is pid 200"),
         (_stale_batch, "before its owner (epoch 2, pid 200) began"),
         (_between_owners, "appended after the run stopped being epoch 1's"),
-        (_late_agent, "of epoch 1's worker 100 started at"),
+        (_late_agent, "agent pid 50 is worker 100's, the owner is pid 200"),
+        (_unrecorded_agent, "has no AgentStarted, yet that worker went on recording"),
         (_twice, "node completions"),
         (_nobody_s_agent, "has no owner of the run as its parent"),
     ],

@@ -121,8 +121,8 @@ def test_notify_timeout_bounds_are_inclusive() -> None:
 def test_defaults() -> None:
     """With nothing recorded: the notice is on, no notify command, a 10 s notify timeout."""
     folded = fold_values([])
-    assert folded.flags == {"inbox_notice": True}
-    assert folded.texts == {"notify_command": ""}
+    assert folded.flags["inbox_notice"] is True
+    assert folded.texts["notify_command"] == ""
     assert folded.values["notify_timeout"] == 10.0
     assert list(folded.every()) == list(SETTINGS)
 
@@ -185,6 +185,16 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "inbox_notice: off\n"
         f"notify_command: {command}\n"
         "notify_timeout: 30\n"
+        "feature_fast: off\n"
+        "allow_prd: off\n"
+        "allow_plan: off\n"
+        "allow_merge: off\n"
+        "requirements_iterations: 3\n"
+        "branch_prefix: shep/\n"
+        'worktree_setup_command: ""\n'
+        "worktree_setup_timeout: 600\n"
+        'test_command: ""\n'
+        "test_timeout: 1800\n"
     )
     data = json.loads(shep("settings", "show", "--json", check=True).stdout)
     assert {k: data[k] for k in SETTINGS} == {
@@ -194,6 +204,16 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "inbox_notice": False,
         "notify_command": command,
         "notify_timeout": 30.0,
+        "feature_fast": False,
+        "allow_prd": False,
+        "allow_plan": False,
+        "allow_merge": False,
+        "requirements_iterations": 3,
+        "branch_prefix": "shep/",
+        "worktree_setup_command": "",
+        "worktree_setup_timeout": 600.0,
+        "test_command": "",
+        "test_timeout": 1800.0,
     }
 
 

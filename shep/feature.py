@@ -1,0 +1,156 @@
+"""Starting a feature: check the repository and base, make the branch and worktree, create the run.
+
+Everything that can be refused is checked before anything is made, each with
+one line saying what to do. The worktree is made here (so a clash or a
+permission problem is said at once), then the run is created with the
+worktree as its repository; if creating the run fails, the worktree and the
+branch go again. The ``setup`` node records them in the log (``WorktreeCreated``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+from events.errors import FeatureError, GitError
+from events.store import EventStore
+
+
+@dataclass(frozen=True)
+class FeaturePlan:
+    """Where a new feature will live, decided before anything is made."""
+
+    source_repo: Path
+    base: str
+    base_sha: str
+    branch: str
+    worktree: Path
+    spec_dir: str
+
+
+def worktrees_root(home: Path) -> Path:
+    """Where every feature worktree lives: ``$SHEP_HOME/worktrees``."""
+    return home / "worktrees"
+
+
+def repo_key(repo: Path) -> str:
+    """The directory name of one repository's worktrees (a hash of its real path)."""
+    return hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:12]
+
+
+def plan_feature(
+    home: Path, repo: Path, description: str, *, base: str | None, prefix: str
+) -> FeaturePlan:
+    """Check the repository and base and choose the branch and worktree (nothing is made)."""
+    from shep import git
+
+    if not description.strip():
+        raise FeatureError('The feature needs a description: shep feat new "what it does".')
+    source = git.repo_root(repo)
+    current = git.current_branch(source)
+    if base is None:
+        if current is None:
+            raise FeatureError(
+                f"{source} is on a detached HEAD: pass --base BRANCH to say what the "
+                "feature starts from and merges into."
+            )
+        base = current
+    elif not git.branch_exists(source, base):
+        raise FeatureError(f"{source} has no branch {base!r} (--base takes a local branch).")
+    if base == current:
+        dirty = git.dirty_files(source)
+        if dirty:
+            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            raise FeatureError(
+                f"{source} has uncommitted changes on {base} ({shown}): commit or stash them "
+                "first, or pass --base with another branch."
+            )
+    base_sha = git.resolve_commit(source, f"refs/heads/{base}")
+    slug = git.slugify(description)
+    root = worktrees_root(home) / repo_key(source)
+    # Free as a branch and as a directory (a leftover of an old feature counts as taken).
+    branch = git.free_branch_name(source, prefix, slug, worktrees_dir=root)
+    worktree = root / branch[len(prefix) :].replace("/", "-")
+    return FeaturePlan(source, base, base_sha, branch, worktree, "")
+
+
+def make_worktree(plan: FeaturePlan) -> FeaturePlan:
+    """Make the branch and worktree of ``plan``; return it with its spec directory."""
+    from shep import git
+    from shep.workflows.feature_specs import next_spec_number, spec_dir_name
+
+    plan.worktree.parent.mkdir(parents=True, exist_ok=True)
+    git.add_worktree(plan.source_repo, plan.worktree, plan.branch, plan.base_sha)
+    slug = plan.worktree.name
+    spec_dir = f"specs/{spec_dir_name(next_spec_number(plan.worktree), slug)}"
+    return FeaturePlan(
+        plan.source_repo, plan.base, plan.base_sha, plan.branch, plan.worktree, spec_dir
+    )
+
+
+def discard_worktree(plan: FeaturePlan) -> None:
+    """Undo ``make_worktree`` (the run could not be created)."""
+    from shep import git
+
+    try:
+        git.remove_worktree(plan.source_repo, plan.worktree, force=True)
+        git.delete_branch(plan.source_repo, plan.branch, force=True)
+    except GitError:
+        pass
+
+
+def create_feature_run(
+    store: EventStore,
+    plan: FeaturePlan,
+    *,
+    description: str,
+    fast: bool,
+    allow: dict[str, bool],
+    push: bool,
+    pr: bool,
+    agent_type: str,
+    model: str | None,
+    created_by: str,
+    host: str,
+    process_start: str | None,
+) -> UUID:
+    """Create the feature's run (``feature`` or ``feature-fast``) on its worktree."""
+    from commands.create_run import create_run
+    from shep.workflows import get_workflow
+    from shep.workflows.feature import FEATURE, FEATURE_FAST
+
+    workflow = get_workflow(FEATURE_FAST if fast else FEATURE)
+
+    def flag(on: bool) -> str:
+        return "1" if on else ""
+
+    inputs = {
+        "description": description.strip(),
+        "source_repo": str(plan.source_repo),
+        "base": plan.base,
+        "base_sha": plan.base_sha,
+        "branch": plan.branch,
+        "spec_dir": plan.spec_dir,
+        "allow_prd": flag(allow.get("prd", False)),
+        "allow_plan": flag(allow.get("plan", False)),
+        "allow_merge": flag(allow.get("merge", False)),
+        "push": flag(push or pr),
+        "pr": flag(pr),
+    }
+    me = os.getpid()
+    return create_run(
+        store,
+        workflow=workflow.name,
+        agent_type=agent_type,
+        model=model,
+        repo=str(plan.worktree),
+        inputs=inputs,
+        node_names=workflow.node_names,
+        created_by=created_by,
+        pid=me,
+        host=host,
+        process_start=process_start,
+    )
