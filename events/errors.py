@@ -260,3 +260,17 @@ class FeatureNotFoundError(ShepError):
 
 class FeatureError(ShepError):
     """A feature command cannot do what was asked (it says why and what to do instead)."""
+
+
+class DurationError(FeatureError):
+    """``--older-than`` is not a duration."""
+
+    exit_code = 2
+
+
+class RemovalRefusedError(FeatureError):
+    """``rm`` will not remove the worktree without --force: ``problem``, then what to do."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}: {fix}")
+        self.problem = problem

@@ -13,6 +13,7 @@ from events.schema import TRACKING_DDL, events_table_ddl, immediate_transaction
 from projections.base import Projection
 from projections.checkpoints import CHECKPOINTS
 from projections.decisions import DECISIONS
+from projections.features import FEATURES
 from projections.inbox import INBOX
 from projections.logs import LOGS
 from projections.runs import RUNS
@@ -24,7 +25,7 @@ from projections.tables import (
     SCHEMA_TABLE,
 )
 
-PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS)
+PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS, FEATURES)
 assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES
 assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
 INDEX_DDL = tuple(s for p in PROJECTIONS for s in p.ddl if s.startswith("CREATE INDEX"))

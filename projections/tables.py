@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 #: Names of the projections (their tracking keys) and the tables they own.
-PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions", "checkpoints")
+PROJECTION_NAMES = ("runs", "logs", "inbox", "decisions", "checkpoints", "features")
 PROJECTION_TABLES = (
     "runs",
     "nodes",
@@ -15,6 +15,8 @@ PROJECTION_TABLES = (
     "decisions",
     "checkpoints",
     "checkpoint_writes",
+    "features",
+    "feature_tasks",
 )
 #: The projections' secondary indexes (``projections.schema`` checks this against their DDL).
 PROJECTION_INDEXES = (
@@ -26,8 +28,9 @@ PROJECTION_INDEXES = (
     "inbox_awaited",
     "decisions_run",
     "checkpoints_run",
+    "features_branch",
 )
 #: Bumped whenever a projection's tables change shape: a store whose projections are of
 #: another version has them dropped and rebuilt from the log on its next open.
-PROJECTION_SCHEMA = 5
+PROJECTION_SCHEMA = 6
 SCHEMA_TABLE = "projection_schema"

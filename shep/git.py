@@ -24,8 +24,8 @@ import shutil
 import subprocess
 import tempfile
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -817,3 +817,42 @@ def open_pull_request(repo: StrPath, branch: str, base: str, title: str, body: s
         return PullRequest(url=str(data["url"]), number=int(data["number"]))
     except (ValueError, KeyError, TypeError) as e:
         raise GitError(f"Cannot {doing}: gh pr view printed {shown.strip()[:200]!r}.") from e
+
+
+def restore_paths(worktree: StrPath, commit: str, paths: Sequence[str]) -> None:
+    """Make each of ``paths`` as it is in ``commit``: rewritten, or removed when the commit
+    has no such file. HEAD, the branch and the index are untouched.
+    """
+    target = resolve_commit(worktree, commit)
+    root = Path(worktree)
+    for path in paths:
+        there = _git(
+            worktree, "cat-file", "-e", f"{target}:{path}", doing="look up a file", ok=(0, 1, 128)
+        )
+        if there.returncode == 0:
+            _git(
+                worktree,
+                "restore",
+                f"--source={target}",
+                "--worktree",
+                "--",
+                path,
+                doing=f"restore {path} from {target[:10]}",
+            )
+        else:
+            with suppress(FileNotFoundError):
+                (root / path).unlink()
+
+
+def find_commit(repo: StrPath, since: str, ref: str, text: str) -> str | None:
+    """The newest commit of ``since..ref`` whose message contains the line ``text``."""
+    found = _git(
+        repo,
+        "log",
+        "--format=%H",
+        "--fixed-strings",
+        f"--grep={text}",
+        f"{since}..{ref}",
+        doing=f"search {ref} for {text!r}",
+    ).stdout.split()
+    return found[0] if found else None

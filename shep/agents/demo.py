@@ -457,6 +457,16 @@ def _feature_answer(request: _FeatureRequest, root: Path) -> tuple[list[tuple[st
         return [(path, content)], f"{LABEL}\nWrote {path} describing the feature."
     if step == "repair":
         return _repair(request, root)
+    if step == "revise":
+        marker = "Their reason:\n"
+        reason = (
+            request.prompt.split(marker, 1)[1].split("\n", 1)[0] if marker in request.prompt else ""
+        )
+        content = (
+            f"# Revision of: {request.feature}\n\nThe reviewer asked: {reason or '(no reason)'}\n\n"
+            f"> Written by shep's demo agent {LABEL}: a real agent would change the code.\n"
+        )
+        return [("REVISION.md", content)], f"{LABEL}\nWrote REVISION.md for the reviewer's reason."
     if step == "resolve":
         return [], (
             f"{LABEL}\nThe demo agent cannot resolve merge conflicts; "

@@ -150,9 +150,9 @@ def run(
 def resume(
     runtime: Runtime, run_ref: str, background: bool, timeout: float | None, force: bool
 ) -> None:
-    """Continue an interrupted RUN from its last checkpoint.
+    """Continue an interrupted RUN from its last checkpoint, or retry a failed one.
 
-    Completed nodes are not run again; the node that was in flight is re-run,
+    Completed nodes are not run again; the node that was in flight (or failed) is re-run,
     continuing the agent's session where the agent supports it. A run whose
     worker is still alive is not resumed unless --force: that worker is
     interrupted first, and fenced off, so it can never write to the run again.
@@ -289,8 +289,14 @@ def _resume(
         raise InvalidTransitionError(
             run_id.hex, state.status.value, "resume it: it goes on once decided (`shep inbox`)"
         )
-    if state.status is not RunStatus.INTERRUPTED:
+    if state.status not in (RunStatus.INTERRUPTED, RunStatus.FAILED):
         raise InvalidTransitionError(run_id.hex, state.status.value, "resume it")
+    # No worker of this run is left here; an agent a killed worker started may be, still
+    # writing into the repository: it must not outlive its worker.
+    from shep.worker import stop_worker
+
+    for line in stop_worker(None, None, run_id, grace=5.0):
+        click.echo(f"{line} (left behind by the run's last worker)", err=True)
     launch(runtime, run_id, resume=True, background=background, timeout=timeout)
 
 

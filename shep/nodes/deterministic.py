@@ -37,6 +37,8 @@ class StepRun:
         self.iteration = iteration
         self.attempt = attempt
         self.recorded: list[tuple[type[Any], dict[str, Any]]] = []
+        #: The newest snapshot the step took itself (recorded with its completion).
+        self.last_snapshot: str | None = None
 
     def record(self, event_type: type[Any], **fields: Any) -> None:
         self.recorded.append((event_type, fields))
@@ -51,7 +53,9 @@ class StepRun:
         return self._agents.call(self.node, prompt, writes=writes)
 
     def snapshot(self, label: str) -> str | None:
-        return self._ctx.snapshot(label)
+        taken = self._ctx.snapshot(label)
+        self.last_snapshot = taken or self.last_snapshot
+        return taken
 
     def message(self, text: str) -> None:
         self._ctx.progress.message(text)
@@ -81,7 +85,9 @@ def deterministic_node(ctx: RunContext, agents: AgentNodes, step: DeterministicS
         except StepFailedError as e:
             ctx.fail_node(step.name, started=started, error=e)
             raise
-        snapshot = ctx.snapshot(step.name) if step.writes else None
+        # A step that may write ends with a snapshot of its own; one that took a snapshot
+        # for its own use has it recorded, so every ref is named by an event.
+        snapshot = ctx.snapshot(step.name) if step.writes else io.last_snapshot
         ctx.complete_node(step.name, started=started, before=io.recorded, snapshot=snapshot)
         iterations = {**(update.get("iterations") or {}), step.name: iteration}
         return {**update, "iterations": iterations}

@@ -411,10 +411,10 @@ def _validate_spec_step() -> DeterministicStep:
         if _open_questions(state, io.repo):
             done = int((state.get("iterations") or {}).get("requirements", 0))
             bound = int(io.setting("requirements_iterations"))
-            if done >= bound:
+            if done > bound:
                 raise StepFailedError(
-                    f"requirements still has open questions after {done} iterations "
-                    f"(requirements_iterations is {bound}). Raise it with `shep settings "
+                    f"requirements still has open questions after {bound} rounds of "
+                    f"answers (requirements_iterations is {bound}). Raise it with `shep settings "
                     "workflow --requirements-iterations N`, then `shep resume`."
                 )
             return {**update, "route": "clarify"}
@@ -460,6 +460,35 @@ def _task_prompt(state: Mapping[str, Any], task: Any) -> str:
     )
 
 
+def _restore_cut_off(
+    io: StepIO, history: Sequence[Any], tasks: Mapping[str, Any], cut_off: set[str]
+) -> None:
+    """Put the worktree back as it was before the cut-off tasks wrote anything.
+
+    The files go back to the newest snapshot; a cut-off task of a parallel phase may
+    have half-written its files into a sibling's snapshot, so its own files go back
+    further, to the newest snapshot before it started.
+    """
+    from shep import git
+
+    latest: str | None = None
+    before: dict[str, str | None] = {}
+    for event in history:
+        if isinstance(event, TaskCompleted | NodeCompleted) and event.snapshot:
+            latest = event.snapshot
+        elif isinstance(event, TaskStarted) and event.task in cut_off:
+            before[event.task] = latest
+    if latest is None:
+        return
+    git.restore(io.repo, latest)
+    for task_id in sorted(cut_off):
+        task = tasks.get(task_id)
+        earlier = before.get(task_id)
+        if task is not None and earlier and earlier != latest and task.files:
+            git.restore_paths(io.repo, earlier, list(task.files))
+    io.message(f"restored the worktree to {latest[:10]} (cut off: {', '.join(sorted(cut_off))})")
+
+
 def _implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     """Run the tasks phase by phase; each task's completion is an event, so a resumed
     implement starts at the first unfinished task, with the worktree as the last finished
@@ -467,7 +496,6 @@ def _implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from shep import git
     from shep.workflows.feature_specs import parallel_groups, validate_plan, validate_tasks
 
     spec_dir = io.repo / _spec_dir(state)
@@ -478,18 +506,9 @@ def _implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     history = io.history()
     done = {e.task for e in history if isinstance(e, TaskCompleted)}
     started = {e.task for e in history if isinstance(e, TaskStarted)}
-    if started - done:
-        last = next(
-            (
-                e.snapshot
-                for e in reversed(history)
-                if isinstance(e, TaskCompleted | NodeCompleted) and e.snapshot
-            ),
-            None,
-        )
-        if last:
-            git.restore(io.repo, last)
-            io.message(f"restored the worktree to {last[:10]} (a task was cut off)")
+    cut_off = started - done
+    if cut_off:
+        _restore_cut_off(io, history, {t.id: t for t in tasks.tasks}, cut_off)
     attempts = {
         t: sum(1 for e in history if isinstance(e, TaskStarted) and e.task == t) for t in started
     }
@@ -631,8 +650,21 @@ def _merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     source = Path(inputs["source_repo"])
     branch, base = inputs["branch"], inputs["base"]
     history = io.history()
-    if any(isinstance(e, FeatureMerged | PullRequestOpened) for e in history):
-        return {"route": "done"}  # merged before a crash: only the cleanup is left
+    trailer = f"Shep-Run: {io.run_id}"
+    merged = any(isinstance(e, FeatureMerged) for e in history)
+    opened = any(isinstance(e, PullRequestOpened) for e in history)
+    if not merged and not opened:
+        # The squash commit names the run: a merge made just before the worker died is
+        # found on the base, recorded, and not made again.
+        earlier = git.find_commit(source, inputs["base_sha"], f"refs/heads/{base}", trailer)
+        if earlier is not None:
+            _record_merge(io, earlier, git.diff_stat(source, inputs["base_sha"], branch))
+            merged = True
+    if merged or opened:
+        if not any(isinstance(e, WorktreeRemoved) for e in history):
+            reason = "merged" if merged else "pull request opened"
+            _remove_worktree(io, delete_branch=merged, reason=reason)
+        return {"route": "done"}
     title = _title(io, state)
     git.commit_all(io.repo, f"{title}\n\nshep feature run {io.run_id[:8]}")
     if inputs.get("pr") or inputs.get("push"):
@@ -660,26 +692,30 @@ def _merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             }
     stat = git.diff_stat(source, inputs["base_sha"], branch)
     body = inputs["description"] if inputs["description"] != title else ""
-    message = f"{title}\n\n{body}\n\nshep feature run {io.run_id[:8]}".replace("\n\n\n\n", "\n\n")
+    message = "\n\n".join(part for part in (title, body, trailer) if part)
     result = git.squash_merge(source, base, branch, message)
     if result.conflicts:
         io.append(MergeConflicted, into=base, files=tuple(result.conflicts))
         return {"route": "conflict", "merge": {"conflicts": list(result.conflicts), "dirty": []}}
     if result.commit:
-        io.append(
-            FeatureMerged,
-            into=base,
-            commit=result.commit,
-            files=stat.files,
-            added=stat.added,
-            removed=stat.removed,
-            commits=stat.commits,
-        )
+        _record_merge(io, result.commit, stat)
         io.message(f"merged into {base} as {result.commit[:10]}")
     else:
         io.message(f"nothing to merge: {branch} has no changes against {base}")
     _remove_worktree(io, delete_branch=True, reason="merged" if result.commit else "no changes")
     return {"route": "done", "merge": {"commit": result.commit, "conflicts": [], "dirty": []}}
+
+
+def _record_merge(io: StepIO, commit: str, stat: Any) -> None:
+    io.append(
+        FeatureMerged,
+        into=io.inputs["base"],
+        commit=commit,
+        files=stat.files,
+        added=stat.added,
+        removed=stat.removed,
+        commits=stat.commits,
+    )
 
 
 def _title(io: StepIO, state: Mapping[str, Any]) -> str:
@@ -721,7 +757,7 @@ def _prd_approval(state: Mapping[str, Any]) -> Approval:
         technologies = ", ".join(spec.technologies) or "none named"
         summary = (
             f"Requirements: {spec.one_liner} (size {spec.size}; technologies: {technologies}; "
-            f"{answered} open question(s) answered)"
+            f"{_count(answered, 'open question')} answered)"
         )
     return Approval(summary=summary, artifacts=(f"{spec_dir}/spec.yaml",))
 

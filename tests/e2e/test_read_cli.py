@@ -239,7 +239,8 @@ def test_projections_rebuild_reports_count(store: EventStore) -> None:
     before = json.loads(shep("status", "--all", "--json", check=True).stdout)
     result = shep("projections", "rebuild", check=True)
     assert result.stdout.startswith(
-        f"Rebuilt runs, logs, inbox, decisions, checkpoints from {store.max_position()} events in "
+        f"Rebuilt runs, logs, inbox, decisions, checkpoints, features from {store.max_position()} "
+        "events in "
     )
     assert json.loads(shep("status", "--all", "--json", check=True).stdout) == before
 
