@@ -442,7 +442,7 @@ def _result_line(d: dict[str, Any]) -> str:
         m = merge["merged"]
         parts.append(
             f"merged into {printable(m['into'])} as {m['commit'][:10]} ({m['files']} files, "
-            f"+{m['added']} -{m['removed']}, {m['commits']} commits)"
+            f"+{m['added']} -{m['removed']}, {m['commits']} commit{_plural(m['commits'])})"
         )
     if merge["conflicted"]:
         c = merge["conflicted"]
@@ -876,3 +876,7 @@ def human_size(size: int) -> str:
             return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def _plural(count: int) -> str:
+    return "" if count == 1 else "s"
