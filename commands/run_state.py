@@ -27,6 +27,7 @@ from events.runs import (
     RunCompleted,
     RunCreated,
     RunFailed,
+    RunForked,
     RunInterrupted,
     RunResumed,
     RunStarted,
@@ -63,6 +64,8 @@ ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
     ),
     # `shep feat rm` / `gc` clean up after a feature whatever its status.
     WorktreeRemoved: frozenset(RunStatus),
+    # A run is forked from any of its checkpoints, whatever became of it.
+    RunForked: frozenset(RunStatus),
 }
 #: Events that hand the run to a new owner (a worker), numbered by ``next_events``.
 _NEW_OWNER: frozenset[type[Event]] = frozenset({RunStarted, RunResumed})

@@ -47,7 +47,7 @@ class Ask(msgspec.Struct, frozen=True, kw_only=True):
     artifacts: list[ArtifactRef] = []
 
 
-def _item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
+def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
     now = utc_now()
     if ask.kind == "question":
         deadline = (
@@ -99,7 +99,7 @@ def suspend_run(
             item_id = item_stream_id(run_id, ask.interrupt_id)
             item_ids.append(item_id)
             if load_item(store, item_id) is None:
-                item_events.append(_item_event(run_id, item_id, ask))
+                item_events.append(item_event(run_id, item_id, ask))
                 run_items.append(
                     (NodeStarted, {"node": ask.node, "iteration": ask.iteration, "kind": ask.kind})
                 )

@@ -65,6 +65,8 @@ class QuestionAnswered(Event, frozen=True, kw_only=True):
     option_id: str | None = None
     run_id: UUID | None = None
     node: str | None = None
+    #: Carried over by ``shep fork --reapply-answers``: the origin's item it repeats.
+    reapplied_from: UUID | None = None
 
 
 class ApprovalRequested(Event, frozen=True, kw_only=True):
@@ -92,6 +94,8 @@ class ApprovalGranted(Event, frozen=True, kw_only=True):
     policy: str | None = None
     run_id: UUID | None = None
     node: str | None = None
+    #: Carried over by ``shep fork --reapply-answers``: the origin's item it repeats.
+    reapplied_from: UUID | None = None
 
 
 class ApprovalRejected(Event, frozen=True, kw_only=True):
@@ -102,6 +106,8 @@ class ApprovalRejected(Event, frozen=True, kw_only=True):
     policy: str | None = None
     run_id: UUID | None = None
     node: str | None = None
+    #: Carried over by ``shep fork --reapply-answers``: the origin's item it repeats.
+    reapplied_from: UUID | None = None
 
 
 def notification_stream_id(item_id: UUID) -> UUID:

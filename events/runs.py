@@ -53,11 +53,29 @@ class RunCreated(Event, frozen=True, kw_only=True):
     created_by: str
     origin_run_id: UUID | None = None
     origin_checkpoint_id: str | None = None
+    #: A fork (``shep fork``): what it took from the origin's checkpoint (state, worktree,
+    #: both), and whether the origin's later decisions are given again.
+    fork_restore: str | None = None
+    reapply_answers: bool = False
     #: The process that created the run and is about to start it: a pending run
     #: whose creator is gone never started (see ``shep.recovery``).
     pid: int | None = None
     host: str | None = None
     process_start: str | None = None
+
+
+class RunForked(Event, frozen=True, kw_only=True):
+    """A new run was forked from this one at ``checkpoint_id`` (``shep fork``): the lineage,
+    recorded on the origin too. ``fork_key`` is the caller's ``--id`` (the same key, the
+    same fork).
+    """
+
+    fork_run_id: UUID
+    checkpoint_id: str
+    forked_by: str
+    restore: str
+    reapply_answers: bool = False
+    fork_key: str | None = None
 
 
 class RunStarted(Event, frozen=True, kw_only=True):

@@ -475,6 +475,55 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
             events.extend(self._copied_writes(target, ns, cid, tasks))
         self._commit(target, events)
 
+    def copy_checkpoint_chain(
+        self, source_thread_id: str, target_thread_id: str, checkpoint_id: str
+    ) -> int:
+        """Copy ``checkpoint_id`` of the source thread and its ancestors (root namespace)
+        to the target thread, oldest first, without their pending writes: the target then
+        goes on from that checkpoint as if the steps after it had never run (a fork).
+
+        Returns how many checkpoints were copied; 0 when the source has no such checkpoint.
+        """
+        source = thread_stream_id(str(source_thread_id))
+        target = thread_stream_id(str(target_thread_id))
+        self._prepare_read(source)
+        rows = {
+            cid: row
+            for row in self._read(list_stream_checkpoints, source.hex)
+            for ns, cid in [(row[0], row[1])]
+            if ns == ""
+        }
+        chain = []
+        current: str | None = checkpoint_id
+        while current is not None and current in rows:
+            chain.append(rows[current])
+            current = rows[current][2]
+        if not chain:
+            return 0
+        now = utc_now()
+        events: _Events = [
+            CheckpointSaved(
+                originator_id=target,
+                originator_version=0,
+                timestamp=now,
+                thread_id=str(target_thread_id),
+                checkpoint_ns=ns,
+                checkpoint_id=cid,
+                parent_checkpoint_id=parent,
+                checkpoint_type=ctype,
+                checkpoint=cbytes,
+                metadata_type=mtype,
+                metadata=mbytes,
+                run_id=run_id,
+                source=src,
+                step=step,
+                copied_from_thread=str(source_thread_id),
+            )
+            for ns, cid, parent, ctype, cbytes, mtype, mbytes, run_id, src, step in reversed(chain)
+        ]
+        self._commit(target, events)
+        return len(chain)
+
     @staticmethod
     def _copied_writes(
         target: UUID, ns: str, cid: str, tasks: dict[tuple[str, str], list[ChannelWrite]]

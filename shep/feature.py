@@ -42,9 +42,19 @@ def repo_key(repo: Path) -> str:
 
 
 def plan_feature(
-    home: Path, repo: Path, description: str, *, base: str | None, prefix: str
+    home: Path,
+    repo: Path,
+    description: str,
+    *,
+    base: str | None,
+    prefix: str,
+    check_dirty: bool = True,
 ) -> FeaturePlan:
-    """Check the repository and base and choose the branch and worktree (nothing is made)."""
+    """Check the repository and base and choose the branch and worktree (nothing is made).
+
+    ``check_dirty``: refuse uncommitted changes on a checked-out base (a fork starts
+    from a recorded commit, not from the checkout, and skips it).
+    """
     from shep import git
 
     if not description.strip():
@@ -60,7 +70,7 @@ def plan_feature(
         base = current
     elif not git.branch_exists(source, base):
         raise FeatureError(f"{source} has no branch {base!r} (--base takes a local branch).")
-    if base == current:
+    if base == current and check_dirty:
         dirty = git.dirty_files(source)
         if dirty:
             shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
@@ -77,15 +87,17 @@ def plan_feature(
     return FeaturePlan(source, base, base_sha, branch, worktree, "")
 
 
-def make_worktree(plan: FeaturePlan) -> FeaturePlan:
-    """Make the branch and worktree of ``plan``; return it with its spec directory."""
+def make_worktree(plan: FeaturePlan, *, spec_dir: str | None = None) -> FeaturePlan:
+    """Make the branch and worktree of ``plan``; return it with its spec directory
+    (``spec_dir`` when given: a fork keeps its origin's).
+    """
     from shep import git
     from shep.workflows.feature_specs import next_spec_number, spec_dir_name
 
     plan.worktree.parent.mkdir(parents=True, exist_ok=True)
     git.add_worktree(plan.source_repo, plan.worktree, plan.branch, plan.base_sha)
     slug = plan.worktree.name
-    spec_dir = f"specs/{spec_dir_name(next_spec_number(plan.worktree), slug)}"
+    spec_dir = spec_dir or f"specs/{spec_dir_name(next_spec_number(plan.worktree), slug)}"
     return FeaturePlan(
         plan.source_repo, plan.base, plan.base_sha, plan.branch, plan.worktree, spec_dir
     )

@@ -46,7 +46,7 @@ from events.errors import (
     WorkerFencedError,
 )
 from events.inbox import item_stream_id
-from events.runs import NodeStarted, RunStatus
+from events.runs import NodeStarted, RunStatus, RunSuspended
 from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
 from shep.heartbeat import Heartbeat
@@ -96,6 +96,8 @@ class Runner:
         self.host = host_name()
         self.epoch = 0
         self.asked: list[UUID] = []
+        #: A fork's origin's decided items by (node, iteration), for --reapply-answers.
+        self._origin_items: dict[tuple[Any, Any], Any] | None = None
         #: Set when an append was refused: the run is no longer ours to write.
         self._ended = threading.Event()
 
@@ -186,6 +188,8 @@ class Runner:
 
         config: Any = {"configurable": {"thread_id": self.run_id.hex}, "recursion_limit": 200}
         payload: Any = None
+        if saver.get_tuple(config) is None and self._fork_state(saver):
+            saver.flush()
         if saver.get_tuple(config) is None:
             payload = {
                 "repo": str(self.plan.repo),
@@ -208,8 +212,62 @@ class Runner:
                 return [_ask(i.id, i.value) for i in interrupts]
             payload = None  # decisions arrived meanwhile: go on with them
 
+    def _fork_state(self, saver: Any) -> bool:
+        """A fork's first execution: take the origin's state at the fork's checkpoint."""
+        plan = self.plan
+        if plan.origin_run_id is None or plan.origin_checkpoint_id is None:
+            return False
+        if plan.fork_restore == "worktree":
+            return False  # the files only: the graph starts afresh
+        copied = saver.copy_checkpoint_chain(
+            plan.origin_run_id.hex, self.run_id.hex, plan.origin_checkpoint_id
+        )
+        if not copied:
+            raise ShepError(
+                f"Run {plan.origin_run_id.hex[:8]} has no checkpoint "
+                f"{plan.origin_checkpoint_id}: this fork cannot start from it."
+            )
+        self.progress.message(
+            f"forked from run {plan.origin_run_id.hex[:8]} at checkpoint "
+            f"{plan.origin_checkpoint_id[:13]}"
+        )
+        return True
+
+    def _reapply(self, interrupts: Sequence[Any]) -> None:
+        """``--reapply-answers``: the origin's decisions on the same questions and gates
+        (the same node and iteration), given again.
+
+        Each is recorded on the fork's own item (asked, then decided by the same
+        actor, with ``reapplied_from`` naming the origin's item) before it is used.
+        """
+        from commands.reapply_decision import reapply_decision
+
+        origin = self.plan.origin_run_id
+        if origin is None or not self.plan.reapply_answers:
+            return
+        if self._origin_items is None:
+            self._origin_items = {}
+            for suspended in self.store.load(origin, types=[RunSuspended]):
+                for item_id in getattr(suspended, "item_ids", ()):
+                    item = load_item(self.store, item_id)
+                    if item is not None and item.decision is not None:
+                        self._origin_items[(item.asked.node, item.asked.iteration)] = item
+        for interrupt in interrupts:
+            if load_item(self.store, item_stream_id(self.run_id, interrupt.id)) is not None:
+                continue
+            key = (interrupt.value.get("node"), interrupt.value.get("iteration", 1))
+            theirs = self._origin_items.get(key)
+            if theirs is None:
+                continue
+            reapply_decision(self.store, self.run_id, _ask(interrupt.id, interrupt.value), theirs)
+            self.progress.message(
+                f"{key[0]}: reapplied the decision of run {origin.hex[:8]} "
+                f"({theirs.decision.actor if theirs.decision else ''})"
+            )
+
     def _decided(self, interrupts: Sequence[Any]) -> dict[str, Any]:
         """Resume values for the interrupts whose inbox item has a decision in the log."""
+        self._reapply(interrupts)
         values: dict[str, Any] = {}
         for interrupt in interrupts:
             item = load_item(self.store, item_stream_id(self.run_id, interrupt.id))

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "approve": "shep.cli.inbox:approve",
     "reject": "shep.cli.inbox:reject",
     "feat": "shep.cli.feat:feat",
+    "fork": "shep.cli.fork:fork",
 }
 
 INTERNAL_ERROR_EXIT = 70

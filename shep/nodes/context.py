@@ -37,6 +37,12 @@ class RunPlan:
     model: str | None
     inputs: dict[str, str]
     created_at: datetime
+    #: A fork: the run and checkpoint it goes on from, what it took, and whether the
+    #: origin's later decisions are given again (see ``commands.fork_run``).
+    origin_run_id: UUID | None = None
+    origin_checkpoint_id: str | None = None
+    fork_restore: str | None = None
+    reapply_answers: bool = False
 
     @classmethod
     def load(cls, store: EventStore, run_id: UUID) -> RunPlan:
@@ -52,6 +58,10 @@ class RunPlan:
             created.model,
             dict(created.inputs),
             created.timestamp,
+            created.origin_run_id,
+            created.origin_checkpoint_id,
+            created.fork_restore,
+            created.reapply_answers,
         )
 
 
