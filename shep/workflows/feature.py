@@ -287,7 +287,8 @@ def _setup(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
         io.message(f"worktree setup: {command}")
         timeout = float(io.setting("worktree_setup_timeout"))
         code, tail, ms = run_command(command, io.repo, _feature_env(io), timeout)
-        io.record(
+        # At once, not with the step's completion: a failure's output must be on record.
+        io.append(
             WorktreeSetupRan, command=command, exit_code=code, duration_ms=ms, output_tail=tail
         )
         if code != 0:
