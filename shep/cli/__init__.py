@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "approve": "shep.cli.inbox:approve",
     "reject": "shep.cli.inbox:reject",
     "feat": "shep.cli.feat:feat",
+    "replay": "shep.cli.replay:replay",
     "fork": "shep.cli.fork:fork",
 }
 
@@ -44,7 +45,8 @@ INTERNAL_ERROR_EXIT = 70
 _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: Commands that must not touch the store before they run.
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
-_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit"})
+#: `replay` writes nothing at all (the orphan check would append events).
+_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit", "replay"})
 
 #: Driver errors that say the store itself failed (anything else is a bug of ours).
 _STORE_FAILURES = (
