@@ -448,28 +448,10 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
             tasks.setdefault((task_id, task_path), []).append(
                 ChannelWrite(idx, channel, value_type, value)
             )
-        now = utc_now()
         events: _Events = []
-        for ns, cid, parent, ctype, cbytes, mtype, mbytes, run_id, src, step in checkpoints:
-            events.append(
-                CheckpointSaved(
-                    originator_id=target,
-                    originator_version=0,
-                    timestamp=now,
-                    thread_id=str(target_thread_id),
-                    checkpoint_ns=ns,
-                    checkpoint_id=cid,
-                    parent_checkpoint_id=parent,
-                    checkpoint_type=ctype,
-                    checkpoint=cbytes,
-                    metadata_type=mtype,
-                    metadata=mbytes,
-                    run_id=run_id,
-                    source=src,
-                    step=step,
-                    copied_from_thread=str(source_thread_id),
-                )
-            )
+        for row in checkpoints:
+            events.append(_copied_checkpoint(row, target, target_thread_id, source_thread_id))
+            ns, cid = row[0], row[1]
             events.extend(self._copied_writes(target, ns, cid, by_checkpoint.pop((ns, cid), {})))
         for (ns, cid), tasks in by_checkpoint.items():
             events.extend(self._copied_writes(target, ns, cid, tasks))
@@ -500,26 +482,9 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
             current = rows[current][2]
         if not chain:
             return 0
-        now = utc_now()
         events: _Events = [
-            CheckpointSaved(
-                originator_id=target,
-                originator_version=0,
-                timestamp=now,
-                thread_id=str(target_thread_id),
-                checkpoint_ns=ns,
-                checkpoint_id=cid,
-                parent_checkpoint_id=parent,
-                checkpoint_type=ctype,
-                checkpoint=cbytes,
-                metadata_type=mtype,
-                metadata=mbytes,
-                run_id=run_id,
-                source=src,
-                step=step,
-                copied_from_thread=str(source_thread_id),
-            )
-            for ns, cid, parent, ctype, cbytes, mtype, mbytes, run_id, src, step in reversed(chain)
+            _copied_checkpoint(row, target, target_thread_id, source_thread_id)
+            for row in reversed(chain)
         ]
         self._commit(target, events)
         return len(chain)
@@ -781,3 +746,27 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self.prune(thread_ids, strategy=strategy)
+
+
+def _copied_checkpoint(
+    row: Sequence[Any], target: UUID, target_thread_id: str, source_thread_id: str
+) -> CheckpointSaved:
+    """A copy of a checkpoint row of another thread (``list_stream_checkpoints``) for ``target``."""
+    ns, cid, parent, ctype, cbytes, mtype, mbytes, run_id, src, step = row
+    return CheckpointSaved(
+        originator_id=target,
+        originator_version=0,
+        timestamp=utc_now(),
+        thread_id=str(target_thread_id),
+        checkpoint_ns=ns,
+        checkpoint_id=cid,
+        parent_checkpoint_id=parent,
+        checkpoint_type=ctype,
+        checkpoint=cbytes,
+        metadata_type=mtype,
+        metadata=mbytes,
+        run_id=run_id,
+        source=src,
+        step=step,
+        copied_from_thread=str(source_thread_id),
+    )

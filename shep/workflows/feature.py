@@ -869,6 +869,26 @@ RESOLVE = AgentStep(
 )
 
 
+#: The full graph's steps up to the tests (``_tail`` adds the rest).
+_FULL_HEAD = (
+    SETUP,
+    ANALYZE,
+    REQUIREMENTS,
+    VALIDATE_SPEC,
+    CLARIFY,
+    PRD,
+    RESEARCH,
+    VALIDATE_RESEARCH,
+    PLAN,
+    VALIDATE_PLAN,
+    PLAN_GATE,
+    REPAIR,
+    GIVE_UP,
+    IMPLEMENT,
+    REVISE,
+)
+
+
 def _merge_gate(phase: str) -> ApprovalGate:
     return ApprovalGate(
         name="merge_gate", title="Approve the merge", phase=phase, approval=_merge_approval
@@ -913,23 +933,7 @@ def _build_full(kit: NodeKit) -> Any:
 
     graph: StateGraph[Any, Any, Any, Any] = StateGraph(FeatureState)
     merge_gate = _merge_gate("revise")
-    for step in (
-        SETUP,
-        ANALYZE,
-        REQUIREMENTS,
-        VALIDATE_SPEC,
-        CLARIFY,
-        PRD,
-        RESEARCH,
-        VALIDATE_RESEARCH,
-        PLAN,
-        VALIDATE_PLAN,
-        PLAN_GATE,
-        REPAIR,
-        GIVE_UP,
-        IMPLEMENT,
-        REVISE,
-    ):
+    for step in _FULL_HEAD:
         add_step(graph, kit, step)
     graph.add_edge(START, "setup")
     graph.add_edge("setup", "analyze")
@@ -990,28 +994,7 @@ def _build_fast(kit: NodeKit) -> Any:
     return graph
 
 
-FULL_STEPS = (
-    SETUP,
-    ANALYZE,
-    REQUIREMENTS,
-    VALIDATE_SPEC,
-    CLARIFY,
-    PRD,
-    RESEARCH,
-    VALIDATE_RESEARCH,
-    PLAN,
-    VALIDATE_PLAN,
-    PLAN_GATE,
-    REPAIR,
-    GIVE_UP,
-    IMPLEMENT,
-    REVISE,
-    TESTS,
-    _merge_gate("revise"),
-    MERGE,
-    CONFLICT,
-    RESOLVE,
-)
+FULL_STEPS = (*_FULL_HEAD, TESTS, _merge_gate("revise"), MERGE, CONFLICT, RESOLVE)
 FAST_STEPS = (SETUP, FAST, TESTS, _merge_gate("fast"), MERGE, CONFLICT, RESOLVE)
 #: The inputs `shep feat new` records (see ``shep.feature``).
 INPUTS: Mapping[str, str] = {
