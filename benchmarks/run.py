@@ -490,6 +490,12 @@ def main() -> None:
         from benchmarks.snapshot import bench as bench_snapshot
 
         results.update(bench_snapshot(quick))
+        from benchmarks.replay import bench as bench_replay
+
+        results.update(bench_replay(quick))
+        from benchmarks.audit import bench as bench_audit
+
+        results.update(bench_audit(quick))
         from benchmarks.checkpointer import bench as bench_checkpointer  # imports langgraph
 
         results.update(bench_checkpointer(quick))

@@ -1,0 +1,965 @@
+"""``shep audit export``: the log, or its decisions, as a file anyone can verify offline.
+
+Format ``shep-audit-export/1``: JSON lines, each one canonical JSON (sorted keys,
+no whitespace, UTF-8; what ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False)`` writes) and a newline.
+
+1. ``export-start``: the format, the filter, and the store's head (position and
+   chain hash) when the export was made.
+2. One ``event`` line per exported event: its log position, the chain hash of
+   the position before it (``prev_hash``) and its own, the stored fields
+   (``stream``, ``version``, ``topic``, ``state``: the stored bytes in base64),
+   the decoded event, its time (``at``), and for questions, approvals and their
+   decisions who decided (``actor``), what (``verdict``, ``answer``,
+   ``reason``), on which item and run, under which ``policy`` and
+   ``prompt_version``, and ``seen_hash``: the sha256 of what the decider was
+   shown. Each event line verifies alone: its chain hash is recomputed from
+   ``prev_hash`` and its own fields.
+3. ``export-end``: the count, the range of positions, the head again, the
+   sha256 of the first line and of all lines before this one, so a cut, a
+   reordered or an edited file is detected even where no hash links two lines.
+
+The export reads one snapshot of the store (a single read transaction) and
+streams it: memory stays flat whatever the size of the log.
+"""
+
+from __future__ import annotations
+
+import binascii
+import csv
+import dataclasses
+import hashlib
+import json
+import queue
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import IO, TYPE_CHECKING, Any, TextIO
+from uuid import UUID
+
+import apsw
+import msgspec
+
+from events.audit import open_log
+from events.base import utc_now
+from events.catalog import topic_of
+from events.chain import GENESIS_HASH, chain_hash
+from events.errors import (
+    AmbiguousRunIdError,
+    RunNotFoundError,
+    ShepError,
+    StoreCorruptedError,
+)
+from events.inbox import (
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalRequested,
+    QuestionAnswered,
+    QuestionAsked,
+    notification_stream_id,
+)
+from events.runs import RunCreated
+from events.schema import store_error
+from events.supervisor import supervisor_stream_id
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FORMAT = "shep-audit-export/1"
+KINDS = ("all", "decisions", "approvals")
+#: The columns of ``write_csv``, in order.
+CSV_COLUMNS = (
+    "position", "at", "stream", "version", "topic", "run", "item", "node", "actor", "verdict",
+    "answer", "reason", "policy", "prompt_version", "seen_hash", "chain_hash",
+)  # fmt: skip
+
+_QUESTION_ASKED = topic_of(QuestionAsked)
+_APPROVAL_REQUESTED = topic_of(ApprovalRequested)
+_ASKED = (_QUESTION_ASKED, _APPROVAL_REQUESTED)
+_VERDICTS = {
+    topic_of(QuestionAnswered): "answered",
+    topic_of(ApprovalGranted): "approved",
+    topic_of(ApprovalRejected): "rejected",
+}
+_DECIDED = tuple(_VERDICTS)
+_AUDITED = frozenset((*_ASKED, *_DECIDED))
+_APPROVALS = (_APPROVAL_REQUESTED, topic_of(ApprovalGranted), topic_of(ApprovalRejected))
+#: What the inbox shows a decider of each kind of item: ``seen_hash`` covers these fields.
+_SEEN_FIELDS = {
+    _QUESTION_ASKED: ("question", "choices", "options", "context", "free_text", "deadline"),
+    _APPROVAL_REQUESTED: ("summary", "phase", "artifacts"),
+}
+_EVENT_KEYS = frozenset(
+    {"type", "position", "prev_hash", "chain_hash", "stream", "version", "topic", "state"}
+    | {"event", "at"}
+)
+_ABOUT_KEYS = frozenset(
+    {"actor", "item", "run", "node", "verdict", "reason", "answer", "seen_hash", "policy"}
+    | {"prompt_version"}
+)
+#: Keys a decision line takes from the item's question or gate (``_about``).
+_FROM_ASK = frozenset({"run", "node", "seen_hash", "prompt_version"})
+_START_KEYS = frozenset({"type", "format", "head_position", "head_hash", "filter", "exported_at"})
+_END_KEYS = frozenset(
+    {"type", "count", "first_position", "last_position", "head_position", "head_hash"}
+    | {"lines_sha256", "start_sha256"}
+)
+_GENESIS_HEX = GENESIS_HASH.hex()
+#: Cells a spreadsheet would read as a formula (OWASP, CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FLUSH_LINES = 256
+_QUEUED = 2
+
+
+class ExportFilterError(ShepError):
+    """An export option is not valid (``--since``, ``--kind``, ``--format``, ...)."""
+
+    exit_code = 2
+
+
+class ExportFileError(ShepError):
+    """An export file cannot be written, or read to verify it."""
+
+
+@dataclass(frozen=True)
+class ExportFilter:
+    """What to export: one run (its id or a unique prefix), events since a moment, a kind.
+
+    ``kind``: ``all`` (every event), ``decisions`` (answers, approvals and
+    rejections, with the questions and gates they decide) or ``approvals``
+    (approval gates and their decisions only).
+    """
+
+    run_id: str | None = None
+    since: datetime | None = None
+    kind: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ExportFilterError(f"--kind must be one of {', '.join(KINDS)}, not {self.kind!r}.")
+        if self.since is not None and self.since.tzinfo is None:
+            object.__setattr__(self, "since", self.since.replace(tzinfo=UTC))
+
+    @property
+    def selects_all(self) -> bool:
+        return self.run_id is None and self.since is None and self.kind == "all"
+
+
+def parse_since(text: str) -> datetime:
+    """``--since``: an ISO date (midnight UTC) or date and time (UTC unless it says otherwise)."""
+    value = text.strip()
+    try:
+        moment = (
+            datetime.combine(date.fromisoformat(value), datetime.min.time(), UTC)
+            if len(value) == 10
+            else datetime.fromisoformat(value)
+        )
+    except ValueError:
+        raise ExportFilterError(
+            "--since must be an ISO date or date and time (2025-05-01, 2025-05-01T12:00:00Z), "
+            f"not {text!r}."
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What ``write_jsonl`` wrote: how many events, which positions, the store's head."""
+
+    count: int
+    first_position: int | None
+    last_position: int | None
+    head_position: int
+    head_hash: str
+    lines_sha256: str
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What ``verify_export`` found. On a problem: the line (from 1), the byte offset where
+    that line starts, and the log position of the event it holds when that is known.
+    """
+
+    ok: bool
+    count: int
+    problem: str = ""
+    line: int | None = None
+    byte_offset: int | None = None
+    position: int | None = None
+    head_position: int = 0
+    head_hash: str = ""
+    anchor_hash: str | None = None
+
+
+class _Json:
+    """Decoding that notes floats, and the canonical encoding.
+
+    msgspec writes what ``json.dumps(sort_keys=True)`` writes, several times
+    faster, except for some floats (``1e16`` against ``1e+16``): a value that
+    held a float is encoded with ``json.dumps`` instead.
+    """
+
+    def __init__(self) -> None:
+        self.floats = False
+        self._decoder = msgspec.json.Decoder(float_hook=self._float)
+        #: The canonical encoding of a value that holds no float.
+        self.encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+    def _float(self, text: str) -> float:
+        self.floats = True
+        return float(text)
+
+    def decode(self, data: bytes) -> Any:
+        return self._decoder.decode(data)
+
+    def encode(self, value: Any, *, floats: bool) -> bytes:
+        if floats:
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode()
+        return self.encode_sorted(value)
+
+
+def canonical(value: Any) -> bytes:
+    """The canonical JSON of ``value``: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _hex_id(value: Any) -> str | None:
+    """A UUID as the log stores stream ids (32 hex digits)."""
+    return value.replace("-", "") if isinstance(value, str) else None
+
+
+#: An item's run, node, ``seen_hash`` and prompt version, from its question or gate.
+Asked = tuple[str | None, str | None, str, str | None]
+
+
+def _asked(topic: str, event: Any) -> Asked:
+    """An item's run, node, ``seen_hash`` and prompt version, from its question or gate."""
+    if not isinstance(event, dict):
+        return None, None, hashlib.sha256(canonical(None)).hexdigest(), None
+    seen = {key: event[key] for key in _SEEN_FIELDS[topic] if key in event}
+    node = event.get("node")
+    version = event.get("prompt_version")
+    return (
+        _hex_id(event.get("run_id")),
+        node if isinstance(node, str) else None,
+        hashlib.sha256(canonical(seen)).hexdigest(),
+        version if isinstance(version, str) else None,
+    )
+
+
+def _about(topic: str, stream: str, event: Any, asked: Asked | None) -> dict[str, Any]:
+    """The audit fields of a question, a gate, or a decision (``asked``: its item's)."""
+    fields = event if isinstance(event, dict) else {}
+    about: dict[str, Any] = {"item": stream}
+    if topic in _ASKED:
+        asked = _asked(topic, event)
+    else:
+        about["actor"] = fields.get("actor")
+        about["verdict"] = verdict = _VERDICTS[topic]
+        if verdict == "answered":
+            about["answer"] = fields.get("answer")
+        else:
+            about["reason"] = fields.get("rationale", "")
+    run, node, seen, prompt_version = asked or (None, None, None, None)
+    run = _hex_id(fields.get("run_id")) or run
+    node = fields.get("node") or node
+    if run is not None:
+        about["run"] = run
+    if node is not None:
+        about["node"] = node
+    if seen is not None:
+        about["seen_hash"] = seen
+    if fields.get("policy") is not None:
+        about["policy"] = fields["policy"]
+    prompt_version = fields.get("prompt_version") or prompt_version
+    if prompt_version is not None:
+        about["prompt_version"] = prompt_version
+    return about
+
+
+# --- reading the store ---------------------------------------------------------------------
+
+_ORDER = " ORDER BY e.notification_id"
+_SELECT_ALL = (
+    "SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state, "
+    "e.chain_hash, NULL FROM stored_events e ORDER BY e.notification_id"
+)
+#: With the chain hash of the position before each row (NULL at position 1).
+_SELECT = (
+    "SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state, "
+    "e.chain_hash, (SELECT p.chain_hash FROM stored_events p "
+    "WHERE p.notification_id = e.notification_id - 1) FROM stored_events e"
+)
+
+
+#: A decision, or a question or gate that has one (topics bound as JSON arrays).
+_OF_KIND = (
+    "(e.topic IN (SELECT value FROM json_each(?)) OR (e.topic IN (SELECT value FROM json_each(?)) "
+    "AND EXISTS (SELECT 1 FROM stored_events d WHERE d.originator_id = e.originator_id "
+    "AND d.originator_version > e.originator_version "
+    "AND d.topic IN (SELECT value FROM json_each(?)))))"
+)
+
+
+class _Selection:
+    """The events a filter selects, read from one snapshot of the store."""
+
+    def __init__(self, conn: apsw.Connection, flt: ExportFilter) -> None:
+        self.conn = conn
+        self.flt = flt
+        self.json = _Json()
+        has_log = (
+            conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
+            ).fetchone()
+            is not None
+        )
+        head = (
+            conn.execute(
+                "SELECT notification_id, chain_hash FROM stored_events "
+                "ORDER BY notification_id DESC LIMIT 1"
+            ).fetchone()
+            if has_log
+            else None
+        )
+        self.has_log = has_log
+        self.head_position: int = head[0] if head else 0
+        self.head_hash: str = bytes(head[1]).hex() if head else _GENESIS_HEX
+        self.run: str | None = (
+            self._resolve_run(flt.run_id) if flt.run_id is not None and has_log else None
+        )
+        if flt.run_id is not None and self.run is None:
+            raise RunNotFoundError(flt.run_id)
+
+    def header(self) -> dict[str, Any]:
+        since = self.flt.since.isoformat() if self.flt.since is not None else None
+        return {
+            "type": "export-start",
+            "format": FORMAT,
+            "head_position": self.head_position,
+            "head_hash": self.head_hash,
+            "filter": {"run": self.run, "since": since, "kind": self.flt.kind},
+            "exported_at": utc_now().isoformat().replace("+00:00", "Z"),
+        }
+
+    def _resolve_run(self, ref: str) -> str:
+        """The run's full id from the log alone (no projection: audit reads a damaged store)."""
+        prefix = ref.strip().lower().replace("-", "")
+        if not prefix or len(prefix) > 32 or not all(c in "0123456789abcdef" for c in prefix):
+            raise RunNotFoundError(ref)
+        found = [
+            str(row[0])
+            for row in self.conn.execute(
+                "SELECT originator_id FROM stored_events WHERE originator_id >= ? "
+                "AND originator_id < ? AND topic = ? AND originator_version = 1 LIMIT 2",
+                (prefix, prefix + "g", topic_of(RunCreated)),
+            )
+        ]
+        if not found:
+            raise RunNotFoundError(ref)
+        if len(found) > 1:
+            raise AmbiguousRunIdError(
+                f"Run id {ref!r} matches several runs; type more characters of it."
+            )
+        return found[0]
+
+    def _run_streams(self, run: str) -> list[str]:
+        """The run's stream, its supervisor's, and its items' (with their notifications)."""
+        run_uuid = UUID(hex=run)
+        streams = [run, supervisor_stream_id(run_uuid).hex]
+        owner = msgspec.json.Decoder(_RunOf)
+        for stream, state in self.conn.execute(
+            "SELECT originator_id, state FROM stored_events WHERE topic IN (?, ?)", _ASKED
+        ):
+            with suppress(ValueError, TypeError):
+                if owner.decode(state).run_id == run_uuid:
+                    streams += [str(stream), notification_stream_id(UUID(hex=str(stream))).hex]
+        return streams
+
+    def records(self) -> Iterator[tuple[dict[str, Any], bool]]:
+        """Each selected event's line, in log order, and whether it holds a float.
+
+        ``state`` is still bytes: msgspec writes bytes as base64 itself, faster
+        than converting them first (``_text`` does, for everyone else).
+        """
+        if not self.has_log:
+            return
+        codec = self.json
+        decode = codec.decode
+        since = self.flt.since
+        last, last_hash = 0, GENESIS_HASH
+        for position, stream, version, topic, state, stored, linked in self._rows():
+            before = linked
+            if before is None:
+                before = last_hash if position == last + 1 else self._hash_before(position)
+            last, last_hash = position, stored
+            codec.floats = False
+            try:
+                if type(state) is not bytes or type(stored) is not bytes:
+                    raise TypeError("its state or hash is not stored as a blob")
+                event = decode(state)
+            except (ValueError, TypeError) as e:
+                raise StoreCorruptedError(
+                    f"The event at position {position} cannot be read ({e}): the log is damaged "
+                    "or was edited. Run `shep audit verify`."
+                ) from e
+            at = event.get("timestamp") if type(event) is dict else None
+            if since is not None and not _at_or_after(at, since):
+                continue
+            record = {
+                "type": "event",
+                "position": position,
+                "prev_hash": before.hex(),
+                "chain_hash": stored.hex(),
+                "stream": stream,
+                "version": version,
+                "topic": topic,
+                "state": state,
+                "event": event,
+                "at": at,
+            }
+            if topic in _AUDITED:
+                floats = codec.floats
+                record.update(_about(topic, stream, event, self._asked_of(stream, topic)))
+                codec.floats = floats
+            yield record, codec.floats
+
+    def _rows(self) -> apsw.Cursor:
+        """The selected rows with, where the row before is not selected, its chain hash."""
+        where: list[str] = []
+        params: list[Any] = []
+        if self.run is not None:
+            where.append("e.originator_id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(self._run_streams(self.run)))
+        if self.flt.kind != "all":
+            decided = _DECIDED if self.flt.kind == "decisions" else _APPROVALS[1:]
+            asked = _ASKED if self.flt.kind == "decisions" else _APPROVALS[:1]
+            where.append(_OF_KIND)
+            params += [json.dumps(decided), json.dumps(asked), json.dumps(decided)]
+        if not where:
+            # Every row: each one's predecessor is the row read before it.
+            return self.conn.execute(_SELECT_ALL)
+        return self.conn.execute(_SELECT + " WHERE " + " AND ".join(where) + _ORDER, params)
+
+    def _hash_before(self, position: int) -> bytes:
+        row = self.conn.execute(
+            "SELECT chain_hash FROM stored_events WHERE notification_id = ?", (position - 1,)
+        ).fetchone()
+        if row is None:
+            raise StoreCorruptedError(
+                f"The log has no event at position {position - 1}, before an exported one: "
+                "it is damaged or was edited. Run `shep audit verify`."
+            )
+        return bytes(row[0])
+
+    def _asked_of(self, item: str, topic: str) -> Asked | None:
+        if topic in _ASKED:
+            return None
+        row = self.conn.execute(
+            "SELECT topic, state FROM stored_events WHERE originator_id = ? "
+            "AND originator_version = 1",
+            (item,),
+        ).fetchone()
+        if row is None or row[0] not in _ASKED:
+            return None
+        try:
+            return _asked(row[0], self.json.decode(row[1]))
+        except (ValueError, TypeError):
+            return None
+
+
+class _RunOf(msgspec.Struct):
+    run_id: UUID
+
+
+def _at_or_after(at: Any, since: datetime) -> bool:
+    if not isinstance(at, str):
+        return False
+    try:
+        moment = datetime.fromisoformat(at)
+    except ValueError:
+        return False
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) >= since
+
+
+@contextmanager
+def _selection(db_path: str | Path, flt: ExportFilter) -> Iterator[_Selection]:
+    """The filter's events on one read transaction of the store, opened read-only."""
+    conn = open_log(db_path)
+    try:
+        conn.execute("BEGIN")
+        yield _Selection(conn, flt)
+    except apsw.Error as e:
+        raise store_error(e, db_path) from e
+    finally:
+        with suppress(apsw.Error):
+            conn.execute("COMMIT")
+        conn.close()
+
+
+def iter_export(db_path: str | Path, flt: ExportFilter) -> Iterator[dict[str, Any]]:
+    """The export's event lines as dicts, in log order, read from one snapshot of the store."""
+    with _selection(db_path, flt) as selection:
+        for record, _ in selection.records():
+            yield _text(record)
+
+
+def _text(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as its line says it: ``state`` in base64."""
+    record["state"] = binascii.b2a_base64(record["state"], newline=False).decode("ascii")
+    return record
+
+
+def write_jsonl(db_path: str | Path, flt: ExportFilter, out: IO[bytes]) -> ExportSummary:
+    """Write the ``shep-audit-export/1`` lines of the filter's events to ``out``."""
+    with _selection(db_path, flt) as selection:
+        encode = selection.json.encode
+        fast = selection.json.encode_sorted
+        start = encode(selection.header(), floats=False) + b"\n"
+        out.write(start)
+        digest = hashlib.sha256(start)
+        pending: list[bytes] = []
+        count = 0
+        first: int | None = None
+        last: int | None = None
+        with _Pipe(out, digest) as pipe:
+            for record, floats in selection.records():
+                pending.append(encode(_text(record), floats=True) if floats else fast(record))
+                last = record["position"]
+                if first is None:
+                    first = last
+                count += 1
+                if len(pending) == _FLUSH_LINES:
+                    pipe.put(b"\n".join(pending) + b"\n")
+                    pending.clear()
+            if pending:
+                pipe.put(b"\n".join(pending) + b"\n")
+        summary = ExportSummary(
+            count, first, last, selection.head_position, selection.head_hash, digest.hexdigest()
+        )
+        end = {
+            "type": "export-end",
+            "count": count,
+            "first_position": first,
+            "last_position": last,
+            "head_position": summary.head_position,
+            "head_hash": summary.head_hash,
+            "lines_sha256": summary.lines_sha256,
+            "start_sha256": hashlib.sha256(start).hexdigest(),
+        }
+        out.write(encode(end, floats=False) + b"\n")
+    return summary
+
+
+class _Pipe:
+    """Hashes and writes chunks of lines in a thread of its own.
+
+    hashlib and file writes release the GIL, so on a machine with two cores
+    they overlap with encoding the next chunk (a third of an export's time).
+    At most ``_QUEUED`` chunks wait: memory stays flat. The first error of the
+    writer is raised in the caller, at its next ``put`` or at the end.
+    """
+
+    def __init__(self, out: IO[bytes], digest: Any) -> None:
+        self._out, self._digest = out, digest
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._write, name="audit-export", daemon=True)
+
+    def __enter__(self) -> _Pipe:
+        self._thread.start()
+        return self
+
+    def _write(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._digest.update(chunk)
+                    self._out.write(chunk)
+                except BaseException as e:  # handed to the caller, in its thread
+                    self._error = e
+
+    def put(self, chunk: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def __exit__(self, *exc: object) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and exc[0] is None:
+            raise self._error
+
+
+def write_csv(db_path: str | Path, flt: ExportFilter, out: TextIO) -> int:
+    """Write the filter's events as CSV (``CSV_COLUMNS``, RFC 4180); return how many.
+
+    A cell that a spreadsheet would run as a formula (it begins with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return) gets a ``'`` in front.
+    ``out`` should be opened with ``newline=""``.
+    """
+    writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    count = 0
+    for record in iter_export(db_path, flt):
+        event = record["event"] if isinstance(record["event"], dict) else {}
+        row = dict(record)
+        row.setdefault("run", _hex_id(event.get("run_id")))
+        row.setdefault("node", event.get("node"))
+        writer.writerow([_cell(row.get(column)) for column in CSV_COLUMNS])
+        count += 1
+    return count
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+# --- verifying an export offline -----------------------------------------------------------
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_RAW_BOTH = re.compile(rb'"position":([0-9]{1,19}),"prev_hash":"([0-9a-f]{64})"')
+_RAW_PREV = re.compile(rb'"prev_hash":"([0-9a-f]{64})"')
+_RAW_POSITION = re.compile(rb'"position":([0-9]{1,19}),')
+#: ``position`` with a byte of its name changed: the value before ``prev_hash`` still says.
+_RAW_RENAMED = re.compile(rb'"[^"]{8}":([0-9]{1,19}),"prev_hash":"')
+
+
+class _Problem(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _is_hash(value: Any) -> bool:
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def _is_position(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class _Verifier:
+    """One pass over an export; ``_Problem`` names what is wrong with the current line."""
+
+    def __init__(self, anchor_position: int | None) -> None:
+        self.json = _Json()
+        self.anchor_position = anchor_position
+        self.anchor_hash: str | None = None
+        self.start: dict[str, Any] | None = None
+        self.start_line = b""
+        self.lines = hashlib.sha256()
+        self.count = 0
+        self.first: int | None = None
+        self.last: int | None = None
+        self.last_hash = ""
+        self.gap: tuple[int, int, int] | None = None  # line, offset, position
+        self.asks: dict[str, Asked] = {}
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        if not raw.endswith(b"\n"):
+            raise _Problem("the line is cut short (no newline at its end)")
+        codec = self.json
+        codec.floats = False
+        try:
+            value = codec.decode(raw[:-1])
+        except ValueError as e:
+            raise _Problem(f"the line is not valid JSON ({e})") from None
+        if not isinstance(value, dict):
+            raise _Problem("the line is not a JSON object")
+        if codec.encode(value, floats=codec.floats) != raw[:-1]:
+            raise _Problem("the line is not in canonical form (sorted keys, no whitespace)")
+        return value
+
+    def check_start(self, value: dict[str, Any], raw: bytes) -> None:
+        if value.get("type") != "export-start":
+            raise _Problem("the first line is not an export-start line")
+        if set(value) != _START_KEYS:
+            raise _Problem(f"the export-start line has keys {sorted(value)}")
+        if value["format"] != FORMAT:
+            raise _Problem(f"unknown format {value['format']!r} (this shep reads {FORMAT})")
+        flt = value["filter"]
+        if not (
+            _is_position(value["head_position"])
+            and _is_hash(value["head_hash"])
+            and isinstance(value["exported_at"], str)
+            and isinstance(flt, dict)
+            and set(flt) == {"run", "since", "kind"}
+            and flt["kind"] in KINDS
+            and (flt["run"] is None or re.fullmatch(r"[0-9a-f]{32}", str(flt["run"])))
+            and (flt["since"] is None or isinstance(flt["since"], str))
+        ):
+            raise _Problem("the export-start line has a field of the wrong kind")
+        self.start = value
+        self.start_line = raw
+
+    @property
+    def selects_all(self) -> bool:
+        flt = self.start["filter"] if self.start else {}
+        return flt.get("run") is None and flt.get("since") is None and flt.get("kind") == "all"
+
+    def check_event(self, value: dict[str, Any], line: int, offset: int) -> None:
+        keys = set(value)
+        if not keys >= _EVENT_KEYS or keys - _EVENT_KEYS - _ABOUT_KEYS:
+            raise _Problem(f"the event line has keys {sorted(keys)}")
+        position, version = value["position"], value["version"]
+        stream, topic, state = value["stream"], value["topic"], value["state"]
+        if not (
+            _is_position(position)
+            and position >= 1
+            and isinstance(version, int)
+            and not isinstance(version, bool)
+            and isinstance(stream, str)
+            and isinstance(topic, str)
+            and isinstance(state, str)
+            and _is_hash(value["prev_hash"])
+            and _is_hash(value["chain_hash"])
+        ):
+            raise _Problem("the event line has a field of the wrong kind")
+        if self.last is not None and position <= self.last:
+            raise _Problem(f"position {position} comes after position {self.last} (out of order)")
+        follows = position == (self.last or 0) + 1
+        if follows and self.last is None and value["prev_hash"] != _GENESIS_HEX:
+            raise _Problem("position 1 does not start from the genesis hash")
+        if follows and self.last is not None and value["prev_hash"] != self.last_hash:
+            raise _Problem(f"prev_hash is not the chain hash of position {self.last} before it")
+        if not follows and self.gap is None:
+            self.gap = (line, offset, (self.last or 0) + 1)
+        try:
+            stored = binascii.a2b_base64(state, strict_mode=True)
+        except binascii.Error as e:
+            raise _Problem(f"state is not base64 ({e})") from None
+        if binascii.b2a_base64(stored, newline=False).decode("ascii") != state:
+            raise _Problem("state is not in canonical base64")
+        computed = chain_hash(
+            bytes.fromhex(value["prev_hash"]),
+            position,
+            stream.encode(),
+            version,
+            topic.encode(),
+            stored,
+        )
+        if computed.hex() != value["chain_hash"]:
+            raise _Problem("the chain hash does not match the event and prev_hash")
+        self._check_fields(value, stored, topic, stream)
+        if position == self.anchor_position:
+            self.anchor_hash = value["chain_hash"]
+        self.count += 1
+        self.first = self.first if self.first is not None else position
+        self.last, self.last_hash = position, value["chain_hash"]
+
+    def _check_fields(self, value: dict[str, Any], stored: bytes, topic: str, stream: str) -> None:
+        """The readable fields (``event``, ``at``, the audit fields) say what ``state`` says."""
+        codec = self.json
+        codec.floats = False
+        try:
+            event = codec.decode(stored)
+        except ValueError as e:
+            raise _Problem(f"state is not JSON ({e})") from None
+        floats = codec.floats
+        if codec.encode(value["event"], floats=floats) != codec.encode(event, floats=floats):
+            raise _Problem("event differs from the stored state")
+        at = event.get("timestamp") if isinstance(event, dict) else None
+        if value["at"] != at:
+            raise _Problem("at differs from the event's timestamp")
+        given = {key: value[key] for key in _ABOUT_KEYS if key in value}
+        if topic not in _VERDICTS and topic not in _ASKED:
+            if given:
+                raise _Problem(f"{sorted(given)} on an event that is no question or decision")
+            return
+        asked = self.asks.get(stream)
+        expected = _about(topic, stream, event, asked)
+        if asked is None and topic in _VERDICTS:
+            # The question or gate is not in this export: what came from it cannot be checked.
+            for key in _FROM_ASK - expected.keys():
+                if key in given and not isinstance(given[key], str):
+                    raise _Problem(f"{key} is not text")
+                expected.setdefault(key, given.get(key))
+            expected = {k: v for k, v in expected.items() if v is not None or k in given}
+        if given != expected:
+            wrong = sorted(
+                k for k in given.keys() | expected.keys() if given.get(k) != expected.get(k)
+            )
+            raise _Problem(f"{', '.join(wrong)} differ from what the event says")
+        if topic in _ASKED:
+            self.asks[stream] = _asked(topic, event)
+
+    def check_end(self, value: dict[str, Any], line: int, offset: int) -> None:
+        """Check the export-end line against the lines before it.
+
+        What it finds wrong elsewhere (the first line changed, a position missing
+        from a whole-log export) it raises as ``_Elsewhere``.
+        """
+        if set(value) != _END_KEYS:
+            raise _Problem(f"the export-end line has keys {sorted(value)}")
+        start = self.start
+        assert start is not None
+        start_sha = hashlib.sha256(self.start_line).hexdigest()
+        lines_sha = self.lines.hexdigest()
+        if value["start_sha256"] != start_sha:
+            if value["lines_sha256"] != lines_sha:
+                raise _Elsewhere(
+                    "the export-start line was changed (its sha256 is not start_sha256)", 1, 0
+                )
+            raise _Problem("start_sha256 is not the sha256 of the export-start line")
+        if self.selects_all and self.gap is not None:
+            gap_line, gap_offset, position = self.gap
+            raise _Elsewhere(
+                f"position {position} is missing from an export of the whole log",
+                gap_line,
+                gap_offset,
+                position,
+            )
+        if value["lines_sha256"] != lines_sha:
+            raise _Problem(
+                "the lines before it do not hash to lines_sha256 "
+                "(lines were removed, reordered or changed, or this line was)"
+            )
+        expected = {
+            "count": self.count,
+            "first_position": self.first,
+            "last_position": self.last,
+            "head_position": start["head_position"],
+            "head_hash": start["head_hash"],
+        }
+        wrong = sorted(k for k, v in expected.items() if value[k] != v)
+        if wrong:
+            raise _Problem(f"{', '.join(wrong)} differ from the lines before it")
+        self._check_head(start["head_position"], start["head_hash"])
+
+    def _check_head(self, head: int, head_hash: str) -> None:
+        if self.last is not None and self.last > head:
+            raise _Problem(f"position {self.last} lies beyond the head, position {head}")
+        if self.selects_all and self.count != head:
+            raise _Problem(f"an export of the whole log holds {self.count} of {head} events")
+        if self.last == head and self.last_hash != head_hash:
+            raise _Problem("the head hash is not the chain hash of the last event")
+
+
+class _Elsewhere(_Problem):
+    """A problem found at the export-end line that lies on an earlier line."""
+
+    def __init__(self, message: str, line: int, offset: int, position: int | None = None) -> None:
+        super().__init__(message)
+        self.line, self.offset, self.position = line, offset, position
+
+
+@dataclass
+class _Cursor:
+    line: int = 0
+    offset: int = 0
+
+
+def verify_export(path: str | Path, *, anchor_position: int | None = None) -> ExportReport:
+    """Verify a ``shep-audit-export/1`` file without any database.
+
+    Every line parses and is canonical; each event line's chain hash is
+    recomputed from its own fields, and its readable fields match its stored
+    state; consecutive positions link (``prev_hash`` is the previous line's
+    chain hash); the export-start and export-end lines agree on the count, the
+    range, the head and the sha256 of the lines. A problem names the line,
+    the byte offset where it starts, and the log position of its event.
+    """
+    verifier = _Verifier(anchor_position)
+    at = _Cursor()
+    end: dict[str, Any] | None = None
+    with open(path, "rb") as f:
+        raw = b""
+        try:
+            for raw in f:
+                at.line += 1
+                if end is not None:
+                    raise _Problem("there is more after the export-end line")
+                value = verifier.parse(raw)
+                if at.line == 1:
+                    verifier.check_start(value, raw)
+                elif value.get("type") == "event":
+                    verifier.check_event(value, at.line, at.offset)
+                elif value.get("type") == "export-end":
+                    verifier.check_end(value, at.line, at.offset)
+                    end = value
+                else:
+                    raise _Problem(f"unknown line type {value.get('type')!r}")
+                if end is None:
+                    verifier.lines.update(raw)
+                at.offset += len(raw)
+            if at.line == 0:
+                at.line = 1
+                raise _Problem("the file is empty")
+            if end is None:
+                at.line, raw = at.line + 1, b""
+                raise _Problem("the export ends without its export-end line: it was cut short")
+        except _Elsewhere as problem:
+            where = _Cursor(problem.line, problem.offset)
+            report = _report(verifier, problem, where, problem.position)
+            # Events are on the lines between the first and this one.
+            return dataclasses.replace(report, count=max(0, problem.line - 2))
+        except _Problem as problem:
+            position = _position_of(verifier, raw, f)
+            return _report(verifier, problem, at, position)
+    start = verifier.start
+    assert start is not None
+    return ExportReport(
+        True,
+        verifier.count,
+        head_position=start["head_position"],
+        head_hash=start["head_hash"],
+        anchor_hash=verifier.anchor_hash,
+    )
+
+
+def _report(
+    verifier: _Verifier, problem: _Problem, at: _Cursor, position: int | None
+) -> ExportReport:
+    start = verifier.start or {}
+    return ExportReport(
+        False,
+        verifier.count,
+        problem.message,
+        at.line,
+        at.offset,
+        position,
+        head_position=start.get("head_position", 0),
+        head_hash=start.get("head_hash", ""),
+    )
+
+
+def _position_of(verifier: _Verifier, raw: bytes, rest: IO[bytes]) -> int | None:
+    """The log position of the event on a bad line, from what of it can still be trusted.
+
+    One changed byte leaves ``prev_hash`` or ``position`` as written: a line
+    whose ``prev_hash`` is the previous line's chain hash holds the next
+    position, and otherwise its ``position`` is what it says. The first match
+    is the line's own (two lines run together when a newline was changed); a
+    line cut in two by a new newline is read on into the next line.
+    """
+    follows = (verifier.last or 0) + 1
+    linked = verifier.last_hash if verifier.last is not None else _GENESIS_HEX
+
+    def found(text: bytes) -> int | None:
+        both = _RAW_BOTH.search(text)
+        if both is not None:
+            return follows if both[2].decode() == linked else int(both[1])
+        prev = _RAW_PREV.search(text)
+        if prev is not None and prev[1].decode() == linked:
+            return follows
+        claimed = _RAW_POSITION.search(text) or _RAW_RENAMED.search(text)
+        return int(claimed[1]) if claimed is not None else None
+
+    position = found(raw)
+    if position is not None or not raw or b'"type":"export-' in raw:
+        return position
+    after = rest.readline()
+    if not after.startswith(b'{"'):  # the rest of the bad line, cut off by a newline
+        position = found(after)
+    if position is None and verifier.selects_all and b'"type":"event"' in raw + after:
+        position = follows
+    return position

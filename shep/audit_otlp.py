@@ -1,0 +1,666 @@
+"""The audit trail as OpenTelemetry: runs as traces, nodes as spans, decisions as log records.
+
+The output is the OTLP *file exporter* format: JSON lines, each line one
+``ExportTraceServiceRequest`` or ``ExportLogsServiceRequest`` in the OTLP/JSON
+encoding (hex trace and span ids, camelCase names, enums as integers, 64-bit
+integers and times in unix nanoseconds as strings). The file exporter spec
+asks for one signal per file; ``signals`` selects them, and the default (both)
+is what the Collector's ``otlpjsonfile`` receiver reads, each pipeline taking
+the lines of its own signal.
+
+- A run is a trace. Its trace id is the run id's 16 bytes, so a trace found in a
+  backend names its run (``shep replay <trace id>``). The root span covers the
+  run from ``RunCreated`` to its final event (completed, failed, cancelled); a
+  run still going when the export was taken ends at its last exported event.
+- Each node execution (every iteration and attempt) is a child span, from its
+  ``NodeStarted`` to its ``NodeCompleted`` or ``NodeFailed``. Agent nodes follow
+  the GenAI agent conventions (``invoke_agent`` spans) of ``SEMCONV_VERSION``.
+- Decisions (answered, approved, rejected) are log records whose trace and span
+  ids are those of the run and of the node span that asked.
+
+Span ids are derived from the run id and the node's name, iteration and
+attempt, so the same history always exports the same ids, and a decisions-only
+export (no node events) still points at the node span of a full export.
+
+Streams: events come one by one from ``iter_export``; only the runs still open
+are held (their finished node spans, until the run ends), and log records go
+out in batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from uuid import UUID
+
+import msgspec
+
+from shep import __version__
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from shep.audit_export import ExportFilter
+
+#: The OpenTelemetry semantic-conventions release the attributes follow (GenAI agent spans:
+#: ``gen_ai.provider.name``, as renamed from ``gen_ai.system`` in this release).
+SEMCONV_VERSION = "1.37.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+#: The instrumentation scope named in every request.
+SCOPE_NAME = "shep.audit"
+
+OtlpSignal = Literal["traces", "logs"]
+ALL_SIGNALS: frozenset[OtlpSignal] = frozenset({"traces", "logs"})
+
+#: ``gen_ai.provider.name`` for agent types whose provider is fixed; other agents (aider,
+#: opencode, ... choose a provider per configuration) report their type as a custom value.
+PROVIDERS: Mapping[str, str] = {
+    "claude-code": "anthropic",
+    "codex": "openai",
+    "gemini-cli": "gcp.gemini",
+}
+
+_SPAN_KIND_INTERNAL = 1
+_STATUS_ERROR = 2
+_SEVERITY_INFO = 9
+_LOG_BATCH = 256
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+_FINAL = {"RunCompleted": "completed", "RunFailed": "failed", "RunCancelled": "cancelled"}
+_DECISIONS = {"QuestionAnswered", "ApprovalGranted", "ApprovalRejected"}
+_ASKS = {"QuestionAsked", "ApprovalRequested"}
+_encode = msgspec.json.Encoder().encode
+
+
+def write_otlp(
+    db_path: str | Path,
+    flt: ExportFilter,
+    out: BinaryIO,
+    *,
+    signals: Collection[OtlpSignal] = ALL_SIGNALS,
+) -> int:
+    """Write the export selected by ``flt`` as OTLP JSON lines to ``out``; return the lines.
+
+    Reads one consistent snapshot of the store (``iter_export``). ``signals``
+    limits the output to traces or logs (one signal per file, as the file
+    exporter spec asks).
+    """
+    from shep.audit_export import iter_export
+
+    return write_otlp_records(iter_export(db_path, flt), out, signals=signals)
+
+
+def write_otlp_records(
+    records: Iterable[Mapping[str, Any]],
+    out: BinaryIO,
+    *,
+    signals: Collection[OtlpSignal] = ALL_SIGNALS,
+) -> int:
+    """``write_otlp`` over export event records (``iter_export``'s dicts) already read."""
+    unknown = set(signals) - ALL_SIGNALS
+    if unknown:
+        raise ValueError(f"unknown OTLP signals: {', '.join(sorted(unknown))}")
+    writer = _OtlpWriter(out, frozenset(signals))
+    for record in records:
+        writer.add(record)
+    writer.finish()
+    return writer.lines
+
+
+def trace_id(run_id: UUID) -> str:
+    """The trace id of a run: its 16 bytes, in hex."""
+    return run_id.hex
+
+
+def run_span_id(run_id: UUID) -> str:
+    """The root span id of a run's trace."""
+    return _span_id(run_id, "run")
+
+
+def node_span_id(run_id: UUID, node: str, iteration: int, attempt: int) -> str:
+    """The span id of one execution of a node (its iteration and attempt)."""
+    return _span_id(run_id, f"node\0{node}\0{iteration}\0{attempt}")
+
+
+def _span_id(run_id: UUID, key: str) -> str:
+    digest = hashlib.sha256(run_id.bytes + b"\0" + key.encode()).digest()
+    # An all-zero span id is invalid in OTLP; 2**-64 odds, but say what happens then.
+    return (digest[:8] if any(digest[:8]) else digest[8:16]).hex()
+
+
+def unix_nanos(at: str) -> int:
+    """An ISO 8601 time (timezone-aware, or UTC) in nanoseconds since the epoch, exactly."""
+    when = datetime.fromisoformat(at)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return ((when - _EPOCH) // _MICROSECOND) * 1000
+
+
+def _attribute(key: str, value: object) -> dict[str, Any]:
+    if isinstance(value, bool):
+        wrapped: dict[str, Any] = {"boolValue": value}
+    elif isinstance(value, int):
+        wrapped = {"intValue": str(value)}
+    elif isinstance(value, float):
+        wrapped = {"doubleValue": value}
+    else:
+        wrapped = {"stringValue": str(value)}
+    return {"key": key, "value": wrapped}
+
+
+def _attributes(values: Mapping[str, object]) -> list[dict[str, Any]]:
+    """OTLP key-values for the values that are known (None is left out)."""
+    return [_attribute(k, v) for k, v in values.items() if v is not None]
+
+
+@dataclass
+class _NodeSpan:
+    span_id: str
+    node: str
+    kind: str
+    iteration: int
+    attempt: int
+    start: int
+    position: int
+    session: str | None = None
+
+
+@dataclass
+class _RunTrace:
+    run_id: UUID
+    start: int
+    last: int
+    first_position: int
+    last_position: int = 0
+    status: str = "pending"
+    created: dict[str, Any] = field(default_factory=dict)
+    open_nodes: dict[str, _NodeSpan] = field(default_factory=dict)
+    used_ids: set[str] = field(default_factory=set)
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: tuple[str, str] | None = None
+    #: The final event's name (RunCompleted, ...) and time, once the run ended.
+    final: str | None = None
+    end: int | None = None
+
+
+class _OtlpWriter:
+    """Folds export records into spans and log records, writing each request line."""
+
+    def __init__(self, out: BinaryIO, signals: frozenset[OtlpSignal]) -> None:
+        self.out = out
+        self.traces = "traces" in signals
+        self.logs = "logs" in signals
+        self.lines = 0
+        #: The runs not written yet, and those written, by their stream id's hex.
+        self.runs: dict[str, _RunTrace] = {}
+        self.ended: set[str] = set()
+        self.asked: dict[str, tuple[UUID, str, int]] = {}
+        self.log_batch: list[dict[str, Any]] = []
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        topic = str(record["topic"])
+        module, _, name = topic.rpartition(":")
+        if name in _DECISIONS:
+            self._decision(record, name)
+        elif name in _ASKS:
+            self._ask(record)
+        elif module in {"events.runs", "events.features"}:
+            self._run_event(record, name)
+
+    def finish(self) -> None:
+        for trace in list(self.runs.values()):
+            self._emit_run(trace, at=trace.end or trace.last, why=trace.final)
+        self.runs.clear()
+        self._flush_logs()
+
+    # Runs and nodes ----------------------------------------------------------
+
+    def _run_event(self, record: Mapping[str, Any], name: str) -> None:
+        event: Mapping[str, Any] = record.get("event") or {}
+        stream = _stream_hex(record["stream"])
+        if stream in self.ended:
+            # After a run's trace was written (a fork of it, its worktree removed): its
+            # span is closed, and a second root span would duplicate its id.
+            return
+        at = _time_of(record)
+        position = int(record["position"])
+        trace = self.runs.get(stream)
+        if trace is None:
+            # A run whose creation is outside the export (--since) starts where it is seen.
+            trace = self.runs[stream] = _RunTrace(UUID(stream), at, at, position)
+        if trace.final is not None and name != "RunResumed":
+            return  # a failed run's fork or worktree removal: after its span's end
+        trace.last = max(trace.last, at)
+        trace.last_position = position
+        shown = _span_event(name, event, at, position)
+        if shown is not None:
+            trace.events.append(shown)
+        if name == "RunCreated":
+            trace.start = at
+            trace.created = dict(event)
+        elif name in ("RunStarted", "RunResumed"):
+            trace.status = "running"
+            # A failed run retried goes on in the same trace.
+            trace.error = trace.final = trace.end = None
+        elif name == "RunSuspended":
+            trace.status = "waiting_approval" if event.get("approval") else "waiting_answer"
+        elif name == "NodeStarted":
+            self._start_node(trace, event, at, position)
+        elif name in ("AgentSessionRecorded", "NodeCompleted", "NodeFailed"):
+            self._node_event(trace, name, event, at, position)
+        elif name == "RunInterrupted":
+            trace.status = "interrupted"
+            reason = f"interrupted: {event.get('reason') or ''}"
+            self._close_open_nodes(trace, at, position, ("interrupted", reason))
+        elif name in _FINAL:
+            self._end_run(trace, name, event, at, position)
+
+    def _end_run(
+        self, trace: _RunTrace, name: str, event: Mapping[str, Any], at: int, position: int
+    ) -> None:
+        """A final event: completed and cancelled runs are written now and forgotten.
+
+        A failed run may still be retried (``shep resume``), going on in the same
+        stream, so it is held until the end of the export: its trace then has one
+        root span over the whole run.
+        """
+        trace.status = _FINAL[name]
+        trace.final = name
+        trace.end = at
+        if name == "RunFailed":
+            trace.error = (str(event.get("error_type")), str(event.get("message") or ""))
+        ended = (trace.status, f"the run was {trace.status} before the node finished")
+        self._close_open_nodes(trace, at, position, ended)
+        if name != "RunFailed":
+            self._emit_run(trace, at=at, why=name)
+            del self.runs[trace.run_id.hex]
+            self.ended.add(trace.run_id.hex)
+
+    def _node_event(
+        self, trace: _RunTrace, name: str, event: Mapping[str, Any], at: int, position: int
+    ) -> None:
+        key = str(event.get("node"))
+        if name == "AgentSessionRecorded":
+            if key in trace.open_nodes:
+                trace.open_nodes[key].session = event.get("agent_session_id")
+            return
+        node = trace.open_nodes.pop(key, None)
+        if node is not None:
+            trace.spans.append(self._node_span(trace, node, event, name, at, position))
+
+    def _start_node(
+        self, trace: _RunTrace, event: Mapping[str, Any], at: int, position: int
+    ) -> None:
+        node = str(event.get("node"))
+        if node in trace.open_nodes:
+            restarted = ("restarted", "started again before it finished")
+            self._close_node(trace, trace.open_nodes.pop(node), at, position, restarted)
+        iteration = int(event.get("iteration") or 1)
+        attempt = int(event.get("attempt") or 1)
+        span_id = node_span_id(trace.run_id, node, iteration, attempt)
+        if span_id in trace.used_ids:
+            # The same execution numbered twice (a history written before attempts were
+            # remembered): the log position keeps the span id unique and still stable.
+            span_id = _span_id(trace.run_id, f"node\0{node}\0{iteration}\0{attempt}\0{position}")
+        trace.used_ids.add(span_id)
+        trace.open_nodes[node] = _NodeSpan(
+            span_id, node, str(event.get("kind") or "agent"), iteration, attempt, at, position
+        )
+
+    def _close_open_nodes(
+        self, trace: _RunTrace, at: int, position: int | None, error: tuple[str, str] | None
+    ) -> None:
+        for node in list(trace.open_nodes.values()):
+            self._close_node(trace, node, at, position, error)
+        trace.open_nodes.clear()
+
+    def _close_node(
+        self,
+        trace: _RunTrace,
+        node: _NodeSpan,
+        at: int,
+        position: int | None,
+        error: tuple[str, str] | None,
+    ) -> None:
+        """End a node span its own end event did not end.
+
+        With ``error`` (type, message) the run ended or the node restarted before it
+        finished; without, the node was still running (or waiting) when the export was
+        taken, and the span ends at the run's last exported event.
+        """
+        if error is None:
+            end: dict[str, Any] = {"finished": False}
+            trace.spans.append(self._node_span(trace, node, end, "NodeOpen", at, position))
+            return
+        end = {"error_type": error[0], "message": error[1]}
+        trace.spans.append(self._node_span(trace, node, end, "NodeFailed", at, position))
+
+    def _node_span(
+        self,
+        trace: _RunTrace,
+        node: _NodeSpan,
+        end: Mapping[str, Any],
+        name: str,
+        at: int,
+        position: int | None,
+    ) -> dict[str, Any]:
+        created = trace.created
+        agent_type = created.get("agent_type")
+        usage: Mapping[str, Any] = end.get("usage") or {}
+        values: dict[str, object] = {}
+        if node.kind == "agent":
+            values = {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": node.node,
+                "gen_ai.provider.name": PROVIDERS.get(agent_type, agent_type)
+                if agent_type
+                else None,
+                "gen_ai.request.model": created.get("model"),
+                "gen_ai.conversation.id": end.get("agent_session_id") or node.session,
+            }
+            if name == "NodeCompleted":
+                values["gen_ai.usage.input_tokens"] = int(usage.get("input_tokens") or 0)
+                values["gen_ai.usage.output_tokens"] = int(usage.get("output_tokens") or 0)
+        values.update(
+            {
+                "shep.run.id": trace.run_id.hex,
+                "shep.agent.type": agent_type,
+                "shep.node.name": node.node,
+                "shep.node.kind": node.kind,
+                "shep.node.iteration": node.iteration,
+                "shep.node.attempt": node.attempt,
+                "shep.node.duration_ms": end.get("duration_ms"),
+                "shep.node.waited_ms": end.get("waited_ms"),
+                "shep.node.turns": end.get("turns"),
+                "shep.node.snapshot": end.get("snapshot"),
+                "shep.usage.cache_read_tokens": usage.get("cache_read_tokens") or None,
+                "shep.usage.cache_write_tokens": usage.get("cache_write_tokens") or None,
+                "shep.usage.cost_usd": usage.get("cost_usd"),
+                "shep.log.start_position": node.position,
+                "shep.log.end_position": position,
+                "shep.node.finished": end.get("finished"),
+            }
+        )
+        status: dict[str, Any] | None = None
+        if name == "NodeFailed":
+            values["error.type"] = str(end.get("error_type") or "_OTHER")
+            values["shep.node.retryable"] = end.get("retryable")
+            status = {"code": _STATUS_ERROR, "message": str(end.get("message") or "")}
+        label = f"invoke_agent {node.node}" if node.kind == "agent" else f"{node.kind} {node.node}"
+        return _span(
+            trace_id=trace_id(trace.run_id),
+            span_id=node.span_id,
+            parent=run_span_id(trace.run_id),
+            name=label,
+            start=node.start,
+            end=at,
+            attributes=_attributes(values),
+            status=status,
+        )
+
+    def _emit_run(self, trace: _RunTrace, *, at: int, why: str | None) -> None:
+        if not self.traces:
+            return
+        self._close_open_nodes(trace, at, None, None)
+        created = trace.created
+        workflow = created.get("workflow")
+        values: dict[str, object] = {
+            "shep.run.id": trace.run_id.hex,
+            "shep.run.status": trace.status,
+            "shep.workflow.name": workflow,
+            "shep.agent.type": created.get("agent_type"),
+            "shep.model": created.get("model"),
+            "shep.run.created_by": created.get("created_by"),
+            "shep.repo": created.get("repo"),
+            "shep.run.origin_run_id": created.get("origin_run_id"),
+            "shep.run.origin_checkpoint_id": created.get("origin_checkpoint_id"),
+            "shep.run.finished": why is not None,
+            "shep.log.start_position": trace.first_position,
+            "shep.log.end_position": trace.last_position,
+        }
+        links: list[dict[str, Any]] = []
+        origin = created.get("origin_run_id")
+        if origin:
+            # A fork: its trace links to the run it was forked from.
+            origin_id = UUID(str(origin))
+            links.append(
+                {
+                    "traceId": trace_id(origin_id),
+                    "spanId": run_span_id(origin_id),
+                    "attributes": _attributes(
+                        {"shep.fork.checkpoint_id": created.get("origin_checkpoint_id")}
+                    ),
+                }
+            )
+        status = None
+        if trace.error is not None:
+            values["error.type"] = trace.error[0]
+            status = {"code": _STATUS_ERROR, "message": trace.error[1]}
+        root = _span(
+            trace_id=trace_id(trace.run_id),
+            span_id=run_span_id(trace.run_id),
+            parent=None,
+            name=f"run {workflow}" if workflow else "run",
+            start=trace.start,
+            end=at,
+            attributes=_attributes(values),
+            status=status,
+            events=trace.events,
+            links=links,
+        )
+        self._write(
+            {
+                "resourceSpans": [
+                    {
+                        "resource": _resource(),
+                        "scopeSpans": [
+                            {
+                                "scope": _scope(),
+                                "spans": [root, *trace.spans],
+                                "schemaUrl": SCHEMA_URL,
+                            }
+                        ],
+                        "schemaUrl": SCHEMA_URL,
+                    }
+                ]
+            }
+        )
+
+    # Decisions ---------------------------------------------------------------
+
+    def _ask(self, record: Mapping[str, Any]) -> None:
+        event: Mapping[str, Any] = record.get("event") or {}
+        run = record.get("run") or event.get("run_id")
+        if run is None:
+            return
+        self.asked[str(record["stream"])] = (
+            UUID(str(run)),
+            str(record.get("node") or event.get("node")),
+            int(event.get("iteration") or 1),
+        )
+
+    def _decision(self, record: Mapping[str, Any], name: str) -> None:
+        event: Mapping[str, Any] = record.get("event") or {}
+        item = str(record.get("item") or record["stream"])
+        asked = self.asked.pop(item, None)
+        run_value = record.get("run") or event.get("run_id") or (asked and asked[0])
+        run_id = UUID(str(run_value)) if run_value else None
+        node = record.get("node") or event.get("node") or (asked[1] if asked else None)
+        verdict = str(
+            record.get("verdict")
+            or {"QuestionAnswered": "answered", "ApprovalGranted": "approved"}.get(name, "rejected")
+        )
+        actor = str(record.get("actor") or event.get("actor") or "")
+        reason = record.get("reason") or event.get("rationale") or None
+        answer = record.get("answer") or event.get("answer") or None
+        if not self.logs:
+            return
+        at = _time_of(record)
+        log: dict[str, Any] = {
+            "timeUnixNano": str(at),
+            "observedTimeUnixNano": str(at),
+            "severityNumber": _SEVERITY_INFO,
+            "severityText": "INFO",
+            "body": {"stringValue": verdict_line(verdict, actor, answer=answer, reason=reason)},
+            "attributes": _attributes(
+                {
+                    "shep.decision.verdict": verdict,
+                    "shep.decision.actor": actor,
+                    "shep.item.id": item,
+                    "shep.run.id": run_id.hex if run_id else None,
+                    "shep.node.name": node,
+                    "shep.decision.reason": reason,
+                    "shep.decision.answer": answer,
+                    "shep.decision.option_id": event.get("option_id"),
+                    "shep.decision.policy": record.get("policy") or event.get("policy"),
+                    "shep.decision.prompt_version": record.get("prompt_version"),
+                    "shep.decision.seen_hash": record.get("seen_hash"),
+                    "shep.log.position": int(record["position"]),
+                    "shep.log.chain_hash": record.get("chain_hash"),
+                }
+            ),
+        }
+        if run_id is not None:
+            log["traceId"] = trace_id(run_id)
+            span = self._asking_span(run_id, str(node) if node else None, asked)
+            if span is not None:
+                log["spanId"] = span
+        self.log_batch.append(log)
+        if len(self.log_batch) >= _LOG_BATCH:
+            self._flush_logs()
+
+    def _asking_span(
+        self, run_id: UUID, node: str | None, asked: tuple[UUID, str, int] | None
+    ) -> str | None:
+        """The node span that asked: the one open now, else the ask's first attempt."""
+        trace = self.runs.get(run_id.hex)
+        if trace is not None and node is not None and node in trace.open_nodes:
+            return trace.open_nodes[node].span_id
+        if asked is not None:
+            return node_span_id(run_id, asked[1], asked[2], 1)
+        return None
+
+    def _flush_logs(self) -> None:
+        if not self.log_batch:
+            return
+        batch, self.log_batch = self.log_batch, []
+        self._write(
+            {
+                "resourceLogs": [
+                    {
+                        "resource": _resource(),
+                        "scopeLogs": [
+                            {"scope": _scope(), "logRecords": batch, "schemaUrl": SCHEMA_URL}
+                        ],
+                        "schemaUrl": SCHEMA_URL,
+                    }
+                ]
+            }
+        )
+
+    def _write(self, request: dict[str, Any]) -> None:
+        self.out.write(_encode(request) + b"\n")
+        self.lines += 1
+
+
+def verdict_line(verdict: str, actor: str, *, answer: str | None, reason: str | None) -> str:
+    """A decision in one line: ``approved by user:alice: looks fine``."""
+    said = f"answered {answer!r}" if verdict == "answered" and answer else verdict
+    line = f"{said} by {actor}" if actor else said
+    return f"{line}: {reason}" if reason else line
+
+
+def _stream_hex(stream: object) -> str:
+    """A stream id as the log stores it (32 hex digits), whatever form it came in."""
+    text = str(stream)
+    return text if len(text) == 32 else UUID(text).hex
+
+
+def _time_of(record: Mapping[str, Any]) -> int:
+    at = record.get("at") or (record.get("event") or {}).get("timestamp")
+    return unix_nanos(str(at))
+
+
+def _span(
+    *,
+    trace_id: str,
+    span_id: str,
+    parent: str | None,
+    name: str,
+    start: int,
+    end: int,
+    attributes: list[dict[str, Any]],
+    status: dict[str, Any] | None,
+    events: list[dict[str, Any]] | None = None,
+    links: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    span: dict[str, Any] = {"traceId": trace_id, "spanId": span_id}
+    if parent is not None:
+        span["parentSpanId"] = parent
+    span.update(
+        {
+            "name": name,
+            "kind": _SPAN_KIND_INTERNAL,
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(max(start, end)),
+            "attributes": attributes,
+        }
+    )
+    if events:
+        span["events"] = events
+    if links:
+        span["links"] = links
+    if status is not None:
+        span["status"] = status
+    return span
+
+
+#: Run events shown as events of the run's span, and the attributes they carry.
+_SPAN_EVENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
+    "RunStarted": (
+        "shep.run.started",
+        {"process.pid": "pid", "host.name": "host", "shep.worker.epoch": "epoch"},
+    ),
+    "RunResumed": (
+        "shep.run.resumed",
+        {"process.pid": "pid", "host.name": "host", "shep.worker.epoch": "epoch"},
+    ),
+    "RunSuspended": ("shep.run.suspended", {"shep.approval": "approval"}),
+    "RunInterrupted": ("shep.run.interrupted", {"shep.reason": "reason"}),
+    "RunCancelled": ("shep.run.cancelled", {"shep.cancelled_by": "cancelled_by"}),
+    "RunFailed": ("shep.run.failed", {"error.type": "error_type", "shep.message": "message"}),
+    "RunForked": (
+        "shep.run.forked",
+        {"shep.fork.run_id": "fork_run_id", "shep.fork.checkpoint_id": "checkpoint_id"},
+    ),
+    "FeatureMerged": (
+        "shep.feature.merged",
+        {"vcs.ref.base.name": "into", "vcs.ref.head.revision": "commit"},
+    ),
+}
+
+
+def _span_event(
+    name: str, event: Mapping[str, Any], at: int, position: int
+) -> dict[str, Any] | None:
+    """The run span's event for run event ``name``, or None if it is not shown."""
+    found = _SPAN_EVENTS.get(name)
+    if found is None:
+        return None
+    label, fields = found
+    values: dict[str, object] = {key: event.get(field) for key, field in fields.items()}
+    values["shep.log.position"] = position
+    return {"timeUnixNano": str(at), "name": label, "attributes": _attributes(values)}
+
+
+def _resource() -> dict[str, Any]:
+    return {"attributes": _attributes({"service.name": "shep", "service.version": __version__})}
+
+
+def _scope() -> dict[str, Any]:
+    return {"name": SCOPE_NAME, "version": __version__}
