@@ -33,7 +33,7 @@ def command_paths() -> list[str]:
     """Every command, as the words a user types after ``shep``."""
     from shep.cli import cli
 
-    root = click.Context(cli, info_name="shep")
+    root = click.Context(cli, info_name="shep", help_option_names=["-h", "--help"])
     return [" ".join(p) for p, _, _ in _walk(cli, [], root) if p]
 
 
@@ -41,7 +41,16 @@ def cli_reference() -> str:
     """Markdown with the ``--help`` of every command."""
     from shep.cli import cli
 
-    root = click.Context(cli, info_name="shep", terminal_width=100, max_content_width=100)
+    # The help option names the CLI really has (its context_settings): click caches each
+    # command's help option the first time it is asked for, so a context without them
+    # would render differently depending on what ran before in the same process.
+    root = click.Context(
+        cli,
+        info_name="shep",
+        terminal_width=100,
+        max_content_width=100,
+        help_option_names=["-h", "--help"],
+    )
     parts = [
         "# CLI reference",
         "",

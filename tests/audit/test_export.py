@@ -710,6 +710,7 @@ def peak_traced(db: Path) -> tuple[int, int]:
     return peak, sink.size
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_as_the_log_grows(tmp_path: Path) -> None:
     """The export streams: 50k and 200k events stay under the same bound (3 MB), set by the
     chunks of lines in flight (``_FLUSH_LINES`` lines, ``_QUEUED`` chunks), not by the log.

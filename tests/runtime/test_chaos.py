@@ -68,9 +68,10 @@ def test_chaos_sigkill_and_resume(tmp_path: Path) -> None:
     assert _tables(db) == incremental
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_chaos_smoke(tmp_path: Path) -> None:
-    """A few SIGKILLs in the default suite, with the same guarantees."""
+    """A few SIGKILLs, with the same guarantees (slow suite, next to the 50 trials)."""
     chaos = Chaos(tmp_path, seed=7)
     report = chaos.run(3, max_kills_per_run=3)
     assert report.kills >= 3

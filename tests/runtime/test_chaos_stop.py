@@ -114,6 +114,7 @@ def test_resume_force_takes_over_a_worker_stopped_inside_a_write_transaction(
     _check_every_run(chaos, report)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_chaos_stop_smoke(chaos: StopChaos) -> None:
     """One trial of each takeover in the default suite, with the same guarantees: another
