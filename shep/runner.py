@@ -259,7 +259,12 @@ class Runner:
             theirs = self._origin_items.get(key)
             if theirs is None:
                 continue
-            reapply_decision(self.store, self.run_id, _ask(interrupt.id, interrupt.value), theirs)
+            try:
+                reapply_decision(
+                    self.store, self.run_id, _ask(interrupt.id, interrupt.value), theirs
+                )
+            except ConcurrencyError:
+                continue  # another worker of this fork recorded it first: use theirs
             self.progress.message(
                 f"{key[0]}: reapplied the decision of run {origin.hex[:8]} "
                 f"({theirs.decision.actor if theirs.decision else ''})"
