@@ -1,0 +1,479 @@
+"""The feature workflow's steps of Python: the worktree's setup, implement (the tasks,
+phase by phase), the tests, the merge and the questions and approvals around them.
+
+The graph that wires them is ``shep.workflows.feature``; their prompts are in
+``shep.workflows.feature_prompts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from events.errors import StepFailedError
+from events.features import (
+    BranchPushed,
+    FeatureMerged,
+    MergeConflicted,
+    PullRequestOpened,
+    TaskCompleted,
+    TaskStarted,
+    TestsRan,
+    WorktreeCreated,
+    WorktreeRemoved,
+    WorktreeSetupRan,
+)
+from events.runs import NodeCompleted, Usage
+from shep.workflows.base import (
+    Approval,
+    Option,
+    Question,
+    StepIO,
+)
+from shep.workflows.feature_prompts import inputs_of, spec_dir_of, task_prompt
+
+#: Bytes of a command's output kept in its event.
+OUTPUT_TAIL = 4000
+
+
+# -- setup ------------------------------------------------------------------------------------
+
+
+def run_command(
+    command: str, cwd: Path, env: Mapping[str, str], timeout: float
+) -> tuple[int | None, str, int]:
+    """Run a command line (no shell) in ``cwd``; (exit code or None on timeout, output tail, ms).
+
+    The command runs in its own process group, killed whole on timeout.
+    """
+    import shlex
+    import signal
+    import subprocess
+
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            shlex.split(command),
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as e:
+        return 127, f"cannot run {command!r}: {e.strerror or e}", 0
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        code: int | None = process.returncode
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        code = None
+    tail = output[-OUTPUT_TAIL:].decode("utf-8", "replace")
+    return code, tail, int((time.monotonic() - started) * 1000)
+
+
+def _feature_env(io: StepIO) -> dict[str, str]:
+    inputs = io.inputs
+    return {
+        "SHEP_RUN_ID": io.run_id,
+        "SHEP_WORKTREE": str(io.repo),
+        "SHEP_BRANCH": inputs["branch"],
+        "SHEP_BASE": inputs["base"],
+        "SHEP_REPO": inputs["source_repo"],
+        "SHEP_SPEC_DIR": inputs["spec_dir"],
+    }
+
+
+def setup(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
+    from shep import git
+
+    inputs = io.inputs
+    if not (io.repo / ".git").exists():
+        # Made by `shep feat new`; gone since (removed by hand): make it again.
+        git.add_worktree(Path(inputs["source_repo"]), io.repo, inputs["branch"], inputs["base_sha"])
+        io.message(f"made the worktree again at {io.repo}")
+    command = str(io.setting("worktree_setup_command") or "")
+    if command:
+        io.message(f"worktree setup: {command}")
+        timeout = float(io.setting("worktree_setup_timeout"))
+        code, tail, ms = run_command(command, io.repo, _feature_env(io), timeout)
+        # At once, not with the step's completion: a failure's output must be on record.
+        io.append(
+            WorktreeSetupRan, command=command, exit_code=code, duration_ms=ms, output_tail=tail
+        )
+        if code != 0:
+            why = f"timed out after {timeout:g}s" if code is None else f"exited with {code}"
+            raise StepFailedError(
+                f"worktree_setup_command {command!r} {why}. Its output ends with:\n{tail[-1500:]}"
+            )
+    io.record(
+        WorktreeCreated,
+        repo=inputs["source_repo"],
+        path=str(io.repo),
+        branch=inputs["branch"],
+        base=inputs["base"],
+        base_sha=inputs["base_sha"],
+        spec_dir=inputs["spec_dir"],
+    )
+    return {}
+
+
+# -- implement ---------------------------------------------------------------------------------
+
+
+def _restore_cut_off(
+    io: StepIO, history: Sequence[Any], tasks: Mapping[str, Any], cut_off: set[str]
+) -> None:
+    """Put the worktree back as it was before the cut-off tasks wrote anything.
+
+    The files go back to the newest snapshot; a cut-off task of a parallel phase may
+    have half-written its files into a sibling's snapshot, so its own files go back
+    further, to the newest snapshot before it started.
+    """
+    from shep import git
+
+    latest: str | None = None
+    before: dict[str, str | None] = {}
+    for event in history:
+        if isinstance(event, TaskCompleted | NodeCompleted) and event.snapshot:
+            latest = event.snapshot
+        elif isinstance(event, TaskStarted) and event.task in cut_off:
+            before[event.task] = latest
+    if latest is None:
+        return
+    git.restore(io.repo, latest)
+    for task_id in sorted(cut_off):
+        task = tasks.get(task_id)
+        earlier = before.get(task_id)
+        if task is not None and earlier and earlier != latest and task.files:
+            git.restore_paths(io.repo, earlier, list(task.files))
+    io.message(f"restored the worktree to {latest[:10]} (cut off: {', '.join(sorted(cut_off))})")
+
+
+def implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
+    """Run the tasks phase by phase; each task's completion is an event, so a resumed
+    implement starts at the first unfinished task, with the worktree as the last finished
+    one left it.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shep.workflows.feature_specs import parallel_groups, validate_plan, validate_tasks
+
+    spec_dir = io.repo / spec_dir_of(state)
+    plan, errors = validate_plan(spec_dir / "plan.yaml")
+    tasks = validate_tasks(spec_dir / "tasks.yaml", plan)[0] if plan else None
+    if plan is None or tasks is None:
+        raise StepFailedError(f"the plan no longer validates: {'; '.join(errors)}")
+    history = io.history()
+    done = {e.task for e in history if isinstance(e, TaskCompleted)}
+    started = {e.task for e in history if isinstance(e, TaskStarted)}
+    cut_off = started - done
+    if cut_off:
+        _restore_cut_off(io, history, {t.id: t for t in tasks.tasks}, cut_off)
+    attempts = {
+        t: sum(1 for e in history if isinstance(e, TaskStarted) and e.task == t) for t in started
+    }
+
+    def one(task: Any) -> None:
+        began = time.monotonic()
+        io.append(
+            TaskStarted,
+            task=task.id,
+            phase=task.phase,
+            title=task.title,
+            attempt=attempts.get(task.id, 0) + 1,
+        )
+        result = io.agent(
+            task_prompt(state, task), writes=True, label=f"task {task.id}: {task.title}"
+        )
+        snapshot = io.snapshot(f"task {task.id}")
+        usage = result.usage
+        io.append(
+            TaskCompleted,
+            task=task.id,
+            phase=task.phase,
+            duration_ms=int((time.monotonic() - began) * 1000),
+            snapshot=snapshot,
+            usage=Usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_usd=usage.cost_usd,
+            ),
+        )
+
+    count = 0
+    for group in parallel_groups(plan, tasks.tasks):
+        todo = [task for task in group if task.id not in done]
+        if len(todo) > 1:
+            io.message(f"tasks {', '.join(t.id for t in todo)} in parallel")
+            with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+                for future in [pool.submit(one, task) for task in todo]:
+                    future.result()
+        elif todo:
+            one(todo[0])
+        count += len(todo)
+    total = len(tasks.tasks)
+    return {"results": {"implement": f"{count} of {total} tasks implemented this time"}}
+
+
+# -- tests, merge -----------------------------------------------------------------------------
+
+
+def detect_test_command(worktree: Path) -> str | None:
+    """The project's test command, when the repository says it plainly; None otherwise."""
+    import json
+
+    package = worktree / "package.json"
+    if package.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            script = (json.loads(package.read_text()).get("scripts") or {}).get("test", "")
+            if script and "no test specified" not in script:
+                return "npm test"
+    makefile = worktree / "Makefile"
+    if makefile.is_file():
+        with contextlib.suppress(OSError):
+            if any(line.startswith("test:") for line in makefile.read_text().splitlines()):
+                return "make test"
+    python = any((worktree / f).is_file() for f in ("pyproject.toml", "setup.py", "pytest.ini"))
+    if python and ((worktree / "tests").is_dir() or (worktree / "test").is_dir()):
+        return "python -m pytest -q"
+    if (worktree / "Cargo.toml").is_file():
+        return "cargo test"
+    if (worktree / "go.mod").is_file():
+        return "go test ./..."
+    return None
+
+
+def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
+    """Run the project's test command (never fails the run), and measure the diff for review."""
+    from shep import git
+
+    inputs = io.inputs
+    command = str(io.setting("test_command") or "") or detect_test_command(io.repo)
+    tests: dict[str, Any] = {"command": command}
+    if command:
+        io.message(f"tests: {command}")
+        timeout = float(io.setting("test_timeout"))
+        code, tail, ms = run_command(command, io.repo, _feature_env(io), timeout)
+        tests.update(exit_code=code, passed=code == 0, output_tail=tail[-1500:])
+        io.record(
+            TestsRan,
+            command=command,
+            exit_code=code,
+            passed=code == 0,
+            duration_ms=ms,
+            output_tail=tail,
+        )
+    head = io.snapshot("review") or git.resolve_commit(io.repo, "HEAD")
+    stat = git.diff_stat(io.repo, inputs["base_sha"], head)
+    commits = git.diff_stat(io.repo, inputs["base_sha"], "HEAD").commits
+    review = {
+        "files": stat.files,
+        "added": stat.added,
+        "removed": stat.removed,
+        "commits": commits,
+        "tests": tests,
+    }
+    return {"review": review}
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def merge_approval(state: Mapping[str, Any]) -> Approval:
+    inputs = inputs_of(state)
+    review = state.get("review") or {}
+    tests = review.get("tests") or {}
+    if not tests.get("command"):
+        outcome = "no test command configured or detected"
+    elif tests.get("exit_code") is None:
+        outcome = f"`{tests['command']}` timed out"
+    else:
+        word = "passed" if tests.get("passed") else f"FAILED (exit {tests.get('exit_code')})"
+        outcome = f"`{tests['command']}` {word}"
+    summary = (
+        f"Merge {inputs['branch']} into {inputs['base']}: "
+        f"{_count(review.get('files', 0), 'file')} changed, "
+        f"+{review.get('added', 0)} -{review.get('removed', 0)} lines, "
+        f"{_count(review.get('commits', 0), 'commit')} by the agent; tests: {outcome}"
+    )
+    return Approval(summary=summary)
+
+
+def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
+    """Commit the branch, then squash-merge it into the base (or push and open a PR)."""
+    from shep import git
+
+    inputs = io.inputs
+    source = Path(inputs["source_repo"])
+    branch, base = inputs["branch"], inputs["base"]
+    history = io.history()
+    trailer = f"Shep-Run: {io.run_id}"
+    merged = any(isinstance(e, FeatureMerged) for e in history)
+    opened = any(isinstance(e, PullRequestOpened) for e in history)
+    if not merged and not opened:
+        # The squash commit names the run: a merge made just before the worker died is
+        # found on the base, recorded, and not made again.
+        earlier = git.find_commit(source, inputs["base_sha"], f"refs/heads/{base}", trailer)
+        if earlier is not None:
+            _record_merge(io, earlier, git.diff_stat(source, inputs["base_sha"], branch))
+            merged = True
+    if merged or opened:
+        if not any(isinstance(e, WorktreeRemoved) for e in history):
+            reason = "merged" if merged else "pull request opened"
+            _remove_worktree(io, delete_branch=merged, reason=reason)
+        return {"route": "done"}
+    title = _title(io, state)
+    git.commit_all(io.repo, f"{title}\n\nshep feature run {io.run_id[:8]}")
+    if inputs.get("pr") or inputs.get("push"):
+        remote = git.has_remote(source)
+        if remote is None:
+            raise StepFailedError(
+                f"--push/--pr need a remote, and {source} has none. Add one (`git remote add`), "
+                "then `shep resume`."
+            )
+        git.push(source, branch, remote)
+        io.append(
+            BranchPushed, remote=remote, branch=branch, commit=git.resolve_commit(source, branch)
+        )
+        if inputs.get("pr"):
+            pr = git.open_pull_request(source, branch, base, title, inputs["description"])
+            io.append(PullRequestOpened, url=pr.url, number=pr.number)
+            _remove_worktree(io, delete_branch=False, reason="pull request opened")
+            return {"route": "done"}
+    if git.current_branch(source) == base:
+        dirty = git.dirty_files(source)
+        if dirty:
+            return {
+                "route": "conflict",
+                "merge": {"dirty": dirty[:20], "conflicts": []},
+            }
+    stat = git.diff_stat(source, inputs["base_sha"], branch)
+    body = inputs["description"] if inputs["description"] != title else ""
+    message = "\n\n".join(part for part in (title, body, trailer) if part)
+    result = git.squash_merge(source, base, branch, message)
+    if result.conflicts:
+        io.append(MergeConflicted, into=base, files=tuple(result.conflicts))
+        return {"route": "conflict", "merge": {"conflicts": list(result.conflicts), "dirty": []}}
+    if result.commit:
+        _record_merge(io, result.commit, stat)
+        io.message(f"merged into {base} as {result.commit[:10]}")
+    else:
+        io.message(f"nothing to merge: {branch} has no changes against {base}")
+    _remove_worktree(io, delete_branch=True, reason="merged" if result.commit else "no changes")
+    return {"route": "done", "merge": {"commit": result.commit, "conflicts": [], "dirty": []}}
+
+
+def _record_merge(io: StepIO, commit: str, stat: Any) -> None:
+    io.append(
+        FeatureMerged,
+        into=io.inputs["base"],
+        commit=commit,
+        files=stat.files,
+        added=stat.added,
+        removed=stat.removed,
+        commits=stat.commits,
+    )
+
+
+def _title(io: StepIO, state: Mapping[str, Any]) -> str:
+    from shep.workflows.feature_specs import validate_spec
+
+    inputs = io.inputs
+    number = int(Path(inputs["spec_dir"]).name.split("-", 1)[0])
+    spec, _ = validate_spec(io.repo / inputs["spec_dir"] / "spec.yaml", number=number)
+    return spec.one_liner if spec is not None else inputs["description"].splitlines()[0][:72]
+
+
+def _remove_worktree(io: StepIO, *, delete_branch: bool, reason: str) -> None:
+    from shep import git
+
+    source = Path(io.inputs["source_repo"])
+    branch = io.inputs["branch"]
+    git.remove_worktree(source, io.repo, force=True)
+    deleted = git.delete_branch(source, branch, force=True) if delete_branch else False
+    io.append(
+        WorktreeRemoved,
+        path=str(io.repo),
+        branch=branch,
+        branch_deleted=deleted,
+        removed_by="shep",
+        reason=reason,
+    )
+
+
+def prd_approval(state: Mapping[str, Any]) -> Approval:
+    from shep.workflows.feature_specs import validate_spec
+
+    spec_dir = spec_dir_of(state)
+    number = int(Path(spec_dir).name.split("-", 1)[0])
+    spec, _ = validate_spec(Path(state.get("repo") or ".") / spec_dir / "spec.yaml", number=number)
+    answered = len(state.get("qa") or {})
+    if spec is None:
+        summary = f"Requirements for: {inputs_of(state)['description']}"
+    else:
+        technologies = ", ".join(spec.technologies) or "none named"
+        summary = (
+            f"Requirements: {spec.one_liner} (size {spec.size}; technologies: {technologies}; "
+            f"{_count(answered, 'open question')} answered)"
+        )
+    return Approval(summary=summary, artifacts=(f"{spec_dir}/spec.yaml",))
+
+
+def plan_approval(state: Mapping[str, Any]) -> Approval:
+    from shep.workflows.feature_specs import validate_plan, validate_tasks
+
+    spec_dir = spec_dir_of(state)
+    root = Path(state.get("repo") or ".") / spec_dir
+    plan, _ = validate_plan(root / "plan.yaml")
+    tasks = validate_tasks(root / "tasks.yaml", plan)[0] if plan else None
+    artifacts = (f"{spec_dir}/research.yaml", f"{spec_dir}/plan.yaml", f"{spec_dir}/tasks.yaml")
+    if plan is None or tasks is None:
+        return Approval(summary=f"Plan for: {inputs_of(state)['description']}", artifacts=artifacts)
+    parallel = sum(1 for p in plan.phases if p.parallel)
+    summary = (
+        f"Plan: {_count(len(plan.phases), 'phase')} ({parallel} parallel), "
+        f"{_count(len(tasks.tasks), 'task')}, {_count(len(plan.files), 'file')} to create or modify"
+    )
+    return Approval(summary=summary, artifacts=artifacts)
+
+
+def conflict_question(state: Mapping[str, Any]) -> Question:
+    inputs = inputs_of(state)
+    merge = state.get("merge") or {}
+    if merge.get("dirty"):
+        text = (
+            f"{inputs['source_repo']} has uncommitted changes on {inputs['base']} "
+            f"({', '.join(merge['dirty'])}): shep will not merge over them."
+        )
+        retry = "I committed or stashed them: merge now"
+    else:
+        text = (
+            f"Merging {inputs['branch']} into {inputs['base']} conflicts in: "
+            f"{', '.join(merge.get('conflicts', ()))}."
+        )
+        retry = "I resolved it on the branch: merge again"
+    return Question(
+        text=text,
+        options=(
+            Option("retry", retry, recommended=True),
+            Option("resolve", "Let the agent merge the base into the branch and resolve it"),
+            Option("keep", "Keep the branch and worktree; finish without merging"),
+        ),
+        context=f"worktree: {state.get('repo')}",
+    )
+
+
+def conflict_record(state: Mapping[str, Any], answer: str, option: str | None) -> dict[str, Any]:
+    choice = option or ("keep" if "keep" in answer.lower() else "retry")
+    return {"route": {"retry": "merge", "resolve": "resolve", "keep": "keep"}.get(choice, "merge")}
