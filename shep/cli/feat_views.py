@@ -1,10 +1,10 @@
 """``shep feat ls``, ``show``, ``rm`` and ``gc``: features as the log tells them, and their cleanup.
 
 ``ls`` and ``show`` read the features projection (``show`` also the run's own
-stream, for per-node timings and snapshots). ``rm`` and ``gc`` decide on the
-run's stream, never on the projection: they remove the worktree with git, then
-record ``WorktreeRemoved``. Anything they will not do without ``--force`` is
-refused in one line before anything changes.
+stream, for per-node timings and snapshots). ``rm`` and ``gc`` remove worktrees
+as ``shep.feature_removal`` decides, on the run's stream, never on the
+projection. Anything they will not do without ``--force`` is refused in one
+line before anything changes.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ from events.features import (
 )
 from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, RunStatus
 from shep.cli.render import age, printable, short_id, table
+from shep.feature_removal import Feature, carry_out, disk_usage, load_feature, plan_removal
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
     import apsw
 
-    from commands.run_state import RunState
     from events.store import EventStore
 
 #: Seconds between SIGTERM and SIGKILL when ``rm --force`` stops a feature's worker.
@@ -472,179 +472,10 @@ def _cost(cost: float | None) -> str:
     return f"${cost:.4f}" if cost is not None else "-"
 
 
-# -- rm and gc: one removal path -----------------------------------------------------------------
+# -- rm and gc: the removal is decided and carried out in shep.feature_removal ----------------
 
 
-@dataclass
-class _Feature:
-    """What the run's stream says about the feature's worktree and branch."""
-
-    run_id: UUID
-    state: RunState
-    source_repo: str
-    worktree: str
-    branch: str
-    created: bool  # WorktreeCreated recorded (and not removed since)
-    created_branch: str | None
-    removed: bool
-    merged: bool
-
-    @property
-    def short(self) -> str:
-        return self.run_id.hex[:8]
-
-
-def _load_feature(store: EventStore, run_id: UUID) -> _Feature:
-    from commands.run_state import load_run
-    from events.features import FeatureMerged, WorktreeCreated, WorktreeRemoved
-    from events.runs import RunCreated
-
-    state = load_run(store, run_id)
-    inputs: dict[str, str] = {}
-    worktree = source = ""
-    created_branch: str | None = None
-    created = removed = merged = False
-    for event in store.load(
-        run_id, types=(RunCreated, WorktreeCreated, WorktreeRemoved, FeatureMerged)
-    ):
-        if isinstance(event, RunCreated):
-            inputs, worktree = dict(event.inputs), event.repo
-            source = inputs.get("source_repo", "")
-        elif isinstance(event, WorktreeCreated):
-            worktree, source, created_branch = event.path, event.repo, event.branch
-            created, removed = True, False
-        elif isinstance(event, WorktreeRemoved):
-            removed = True
-        elif isinstance(event, FeatureMerged):
-            merged = True
-    return _Feature(
-        run_id=run_id,
-        state=state,
-        source_repo=source,
-        worktree=worktree,
-        branch=inputs.get("branch", ""),
-        created=created,
-        created_branch=created_branch,
-        removed=removed,
-        merged=merged,
-    )
-
-
-@dataclass(frozen=True)
-class _Removal:
-    """What removing a feature's worktree will do, decided before anything is done."""
-
-    feature: _Feature
-    exists: bool  # the directory is there (else only its git entry is pruned)
-    owned: bool  # shep made the branch checked out there: it may delete it
-    delete_branch: bool
-
-
-def _plan_removal(feature: _Feature, *, force: bool) -> _Removal:
-    """Check everything ``rm`` refuses without --force; raise FeatureError (one line) on the
-    first, before anything is changed.
-    """
-    from shep import git
-
-    sid, path = feature.short, feature.worktree
-    exists = os.path.lexists(path)
-    if feature.removed and not exists:
-        raise FeatureError(f"The worktree of feature {sid} ({path}) was removed already.")
-    status = feature.state.status
-    if status not in FINAL_STATUSES and not force:
-        raise RemovalRefusedError(
-            f"Feature {sid} is {status.value}, not finished",
-            f"`shep cancel {sid}` first, or pass --force to cancel it and remove its worktree.",
-        )
-    if not feature.source_repo:
-        raise FeatureError(f"Feature {sid} records no source repository; remove {path} by hand.")
-    checked_out: str | None = feature.branch
-    if exists:
-        tree = next(
-            (
-                t
-                for t in git.worktrees(feature.source_repo)
-                if os.path.realpath(t.path) == os.path.realpath(path)
-            ),
-            None,
-        )
-        if tree is None:
-            raise FeatureError(
-                f"{path} is not a worktree of {feature.source_repo}; shep leaves it alone "
-                "(delete it by hand if it is not wanted)."
-            )
-        checked_out = tree.branch
-    owned = feature.created and checked_out == feature.branch == feature.created_branch
-    if not owned and not force:
-        keep = "pass --force to remove the worktree anyway (no branch is deleted)."
-        if not feature.created:
-            raise RemovalRefusedError(
-                f"Feature {sid} never recorded making its worktree, so shep cannot tell its "
-                "branch is its own",
-                keep,
-            )
-        raise RemovalRefusedError(
-            f"{path} is on branch {checked_out or '(detached HEAD)'}, not {feature.branch} "
-            "that shep created",
-            keep,
-        )
-    if exists and not force:
-        dirty = git.dirty_files(path)
-        if dirty:
-            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-            raise RemovalRefusedError(
-                f"{path} has uncommitted changes ({shown})",
-                "commit or discard them, or pass --force to remove them with the worktree.",
-            )
-    return _Removal(
-        feature=feature,
-        exists=exists,
-        owned=owned,
-        delete_branch=owned and (feature.merged or force),
-    )
-
-
-def _carry_out(store: EventStore, removal: _Removal, *, force: bool, reason: str) -> list[str]:
-    """Remove the worktree (and the branch when planned), then record it; what was done."""
-    from commands.remove_worktree import remove_worktree
-    from shep import git
-    from shep.identity import current_actor
-
-    feature = removal.feature
-    path, branch = feature.worktree, feature.branch
-    git.remove_worktree(feature.source_repo, path, force=force)
-    done = [
-        f"Removed worktree {path}."
-        if removal.exists
-        else f"Recorded the removal of {path}: its directory was already gone."
-    ]
-    deleted = False
-    if removal.delete_branch:
-        try:
-            deleted = git.delete_branch(feature.source_repo, branch, force=True)
-        except GitError as e:
-            done.append(f"Kept branch {branch}: {e}")
-        else:
-            done.append(f"Deleted branch {branch}." if deleted else f"Branch {branch} was gone.")
-    elif removal.owned:
-        done.append(
-            f"Kept branch {branch}: it is not merged (`git branch -D {branch}` deletes it)."
-        )
-    elif branch:
-        done.append(f"Kept branch {branch}: shep did not record creating it.")
-    remove_worktree(
-        store,
-        feature.run_id,
-        path=path,
-        branch=branch,
-        branch_deleted=deleted,
-        removed_by=current_actor(),
-        reason=reason + ("" if removal.exists else " (directory already gone)"),
-    )
-    return [printable(line) for line in done]
-
-
-def _cancel(store: EventStore, feature: _Feature) -> list[str]:
+def _cancel(store: EventStore, feature: Feature) -> list[str]:
     """Cancel the feature's run and stop its worker, as `shep cancel` does."""
     from commands.cancel_run import cancel_run
     from events.errors import InvalidTransitionError
@@ -688,14 +519,14 @@ def rm(runtime: Runtime, feature: str, force: bool) -> None:
 
     run_id = UUID(resolve_feature_id(_read_db(runtime, feature), feature))
     store = runtime.store()
-    found = _load_feature(store, run_id)
-    removal = _plan_removal(found, force=force)
+    found = load_feature(store, run_id)
+    removal = plan_removal(found, force=force)
     if found.state.status not in FINAL_STATUSES:
         for line in _cancel(store, found):
             click.echo(line)
     reason = "shep feat rm --force" if force else "shep feat rm"
-    for line in _carry_out(store, removal, force=force, reason=reason):
-        click.echo(line)
+    for line in carry_out(store, removal, force=force, reason=reason):
+        click.echo(printable(line))
 
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -752,7 +583,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
         sid = short_id(row["run_id"])
         store = runtime.store()
         try:
-            removal = _plan_removal(_load_feature(store, UUID(row["run_id"])), force=False)
+            removal = plan_removal(load_feature(store, UUID(row["run_id"])), force=False)
         except RemovalRefusedError as e:
             click.echo(
                 printable(
@@ -773,7 +604,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
             freed, removed = freed + size, removed + 1
             continue
         try:
-            done = _carry_out(
+            done = carry_out(
                 store,
                 removal,
                 force=False,
@@ -785,7 +616,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
             continue
         click.echo(printable(f"removed  {what}"))
         for line in done[1:]:
-            click.echo(f"         {line}")
+            click.echo(f"         {printable(line)}")
         freed, removed = freed + size, removed + 1
     _report_vanished(features, handled)
     _report_orphans(worktrees_root(runtime.home), features)
@@ -830,42 +661,6 @@ def _report_orphans(root: Path, features: list[dict[str, Any]]) -> None:
                     "remove it with `git worktree remove` in its repository, or delete it."
                 )
             )
-
-
-def disk_usage(path: str | os.PathLike[str]) -> int:
-    """Bytes the files under ``path`` take on disk, like ``du``: allocated blocks, each
-    hard-linked file once, symbolic links not followed; unreadable parts count as nothing.
-    """
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    stack = [os.fspath(path)]
-    try:
-        root = os.lstat(stack[0])
-    except OSError:
-        return 0
-    total += _allocated(root)
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if (st.st_dev, st.st_ino) in seen:
-                        continue
-                    seen.add((st.st_dev, st.st_ino))
-                    total += _allocated(st)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError:
-            continue
-    return total
-
-
-def _allocated(st: os.stat_result) -> int:
-    blocks = getattr(st, "st_blocks", None)
-    return blocks * 512 if blocks is not None else st.st_size
 
 
 def human_size(size: int) -> str:

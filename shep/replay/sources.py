@@ -1,0 +1,332 @@
+"""Where a replay reads a run from: the store, read-only, or an audit bundle.
+
+The store is opened read-only in a way that changes no byte of the database,
+its WAL or its shared-memory file (see ``_open_unchanged``); a bundle is read
+from its ``export.jsonl``, without a database.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
+from uuid import UUID
+
+import msgspec
+
+from events.base import Event
+from events.checkpoints import WritesSaved
+from events.errors import AmbiguousRunIdError, RunNotFoundError, StoreUnavailableError
+from events.inbox import (
+    ApprovalGranted,
+    ApprovalRejected,
+    ApprovalRequested,
+    QuestionAnswered,
+    QuestionAsked,
+    item_stream_id,
+)
+from events.runs import RunCreated, RunSuspended
+from shep.replay.builder import (
+    _OUTPUT_TOPIC,
+    _STORY_TOPICS,
+    OutputBatch,
+    Story,
+    build_replay,
+    decode_event,
+    topic_of,
+)
+from shep.replay.frames import Replay, ReplayInputError
+from shep.replay.state import decode_typed
+
+if TYPE_CHECKING:
+    import apsw
+
+_T = TypeVar("_T")
+
+_RUN_CREATED = topic_of(RunCreated)
+_ITEM_EVENTS: frozenset[type[Event]] = frozenset(
+    (QuestionAsked, ApprovalRequested, QuestionAnswered, ApprovalGranted, ApprovalRejected)
+)
+_ITEM_TOPICS = frozenset(topic_of(cls) for cls in _ITEM_EVENTS)
+
+
+class BundleError(ReplayInputError):
+    """A file given as an audit bundle is not one, or cannot be read."""
+
+
+def story(rows: Iterable[tuple[int, str, bytes]]) -> list[tuple[int, Story]]:
+    """The events of stored ``(position, topic, state)`` rows that a replay reads: the
+    story's events decoded, output gathered undecoded into batches, the rest skipped.
+    """
+    found: list[tuple[int, Story]] = []
+    batch: OutputBatch | None = None
+    for position, topic, state in rows:
+        if topic == _OUTPUT_TOPIC:
+            if batch is None:
+                batch = OutputBatch()
+                found.append((position, batch))
+            batch.positions.append(position)
+            batch.states.append(state)
+        elif topic in _STORY_TOPICS:
+            found.append((position, decode_event(topic, state)))
+            batch = None
+    return found
+
+
+# --- reading the store ----------------------------------------------------------------
+
+
+def frames_from_store(db_path: str | os.PathLike[str], run_ref: str) -> Replay:
+    """The replay of run ``run_ref`` (an id or a unique prefix) read from the store at
+    ``db_path``, changing nothing: see ``_open_unchanged``.
+    """
+    events = _read_store(os.fspath(db_path), lambda conn: _run_events(conn, run_ref))
+    return build_replay(events)
+
+
+def _read_store(path: str, read: Callable[[apsw.Connection], _T]) -> _T:
+    """``read(conn)`` inside one read transaction of a connection that writes nothing."""
+    import apsw
+
+    from events.schema import store_error
+
+    if not os.path.isfile(path):
+        raise StoreUnavailableError(f"No event store at {path}: nothing to replay.")
+    for _ in range(3):
+        try:
+            conn, unchanged = _open_unchanged(path)
+            try:
+                conn.execute("BEGIN")
+                result = read(conn)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+        except apsw.Error as e:
+            raise store_error(e, path) from e
+        if unchanged():
+            return result
+    raise StoreUnavailableError(
+        f"The event store {path} kept changing while it was read. Try again."
+    )
+
+
+def _open_unchanged(path: str) -> tuple[apsw.Connection, Callable[[], bool]]:
+    """A read-only connection that writes no byte, and a check that what it read holds.
+
+    SQLite's usual read-only connection still writes the WAL index (``-shm``)
+    and creates ``-wal`` and ``-shm`` when they are missing. Instead: with a
+    ``-wal`` file, its index is opened read-only (``readonly_shm``: SQLite reads
+    it, or rebuilds it in private memory when no writer has it); without one no
+    writer has the file open in WAL mode, so it is read as immutable, and the
+    check says whether a writer came and changed the file meanwhile (then the
+    caller reads again, through the WAL).
+    """
+    import apsw
+
+    # A URI's own characters escaped, the rest as is (urllib costs an import for this).
+    uri = "file:" + "".join(f"%{ord(c):02x}" if c in "%?#" else c for c in os.path.abspath(path))
+    flags = apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_READONLY
+    wal = path + "-wal"
+    if os.path.exists(wal):
+        conn = apsw.Connection(f"{uri}?mode=ro&readonly_shm=1", flags=flags)
+        conn.setbusytimeout(10_000)
+        unchanged: Callable[[], bool] = lambda: True  # noqa: E731
+    else:
+        before = _file_state(path)
+        conn = apsw.Connection(f"{uri}?immutable=1", flags=flags)
+        unchanged = lambda: not os.path.exists(wal) and _file_state(path) == before  # noqa: E731
+    # A long run's rows are read once, in order: mapped, they are not copied page by page.
+    conn.execute(f"PRAGMA mmap_size={_MMAP_BYTES}")
+    return conn, unchanged
+
+
+_MMAP_BYTES = 256 * 1024 * 1024
+
+
+def _file_state(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _run_events(conn: apsw.Connection, run_ref: str) -> list[tuple[int, Story]]:
+    run_id = resolve_run(conn, run_ref)
+    events = _stream(conn, run_id)
+    items = item_ids(run_id, (e for _, e in events))
+    for item in items:
+        events += [(p, e) for p, e in _stream(conn, item) if type(e) in _ITEM_EVENTS]
+    if items:
+        events.sort(key=lambda pair: pair[0])
+    return events
+
+
+def _stream(conn: apsw.Connection, stream: UUID) -> list[tuple[int, Story]]:
+    """A stream's story (see ``story``) in order, with log positions."""
+    rows = conn.execute(
+        "SELECT notification_id, topic, state FROM stored_events "
+        "WHERE originator_id = ? ORDER BY originator_version",
+        (stream.hex,),
+    )
+    return story(rows)
+
+
+def item_ids(run_id: UUID, events: Iterable[Story]) -> list[UUID]:
+    """The inbox items a run asked: those it suspended on, and every interrupt it recorded
+    (a fork's reapplied decisions are asked and decided without a suspension).
+    """
+    found: dict[UUID, None] = {}
+    for event in events:
+        if isinstance(event, RunSuspended):
+            found.update(dict.fromkeys(event.item_ids))
+        elif isinstance(event, WritesSaved):
+            for write in event.writes:
+                if write.channel == "__interrupt__":
+                    for interrupt_id in _interrupt_ids(write.value_type, write.value):
+                        found[item_stream_id(run_id, interrupt_id)] = None
+    return list(found)
+
+
+def _interrupt_ids(type_tag: str, data: bytes) -> Iterator[str]:
+    try:
+        value = decode_typed(type_tag, data)
+    except Exception:  # an unreadable write names no item
+        return
+    for interrupt in value if isinstance(value, list) else [value]:
+        if isinstance(interrupt, dict) and isinstance(interrupt.get("id"), str):
+            yield interrupt["id"]
+
+
+def resolve_run(conn: apsw.Connection, run_ref: str) -> UUID:
+    """The run whose id is ``run_ref`` or starts with it (dashes ignored), read from the log
+    itself (``RunCreated`` events), not from a projection.
+    """
+    hex_prefix = _hex_prefix(run_ref)
+    if hex_prefix is None:
+        raise RunNotFoundError(run_ref)
+    if not _has_events_table(conn):
+        raise RunNotFoundError(run_ref)
+    matches = [
+        UUID(row[0])
+        for row in conn.execute(
+            "SELECT originator_id FROM stored_events WHERE originator_id >= ? "
+            "AND originator_id < ? AND originator_version = 1 AND topic = ? LIMIT 3",
+            (hex_prefix, hex_prefix + "g", _RUN_CREATED),
+        )
+    ]
+    return _one(matches, run_ref)
+
+
+def _one(matches: list[UUID], run_ref: str) -> UUID:
+    if not matches:
+        raise RunNotFoundError(run_ref)
+    if len(matches) > 1:
+        raise AmbiguousRunIdError(
+            f"Run id {run_ref!r} matches several runs; type more characters of it."
+        )
+    return matches[0]
+
+
+def _hex_prefix(run_ref: str) -> str | None:
+    prefix = run_ref.strip().lower().replace("-", "")
+    if not prefix or len(prefix) > 32 or any(c not in "0123456789abcdef" for c in prefix):
+        return None
+    return prefix
+
+
+def _has_events_table(conn: apsw.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stored_events'"
+    ).fetchone()
+    return row is not None
+
+
+# --- reading a bundle -----------------------------------------------------------------
+
+
+class _Line(msgspec.Struct):
+    """The fields of an export line a replay needs (see shep/audit_export.py)."""
+
+    type: str
+    position: int = 0
+    stream: str = ""
+    topic: str = ""
+    state: str = ""
+    format: str = ""
+
+
+_line_decoder = msgspec.json.Decoder(_Line)
+
+
+def frames_from_bundle(path: str | os.PathLike[str], run_ref: str | None = None) -> Replay:
+    """The replay of a run read from an audit bundle's ``export.jsonl`` (no database).
+
+    ``run_ref`` may be left out when the bundle holds one run. Snapshot diff
+    stats are made from the repository named in the run, if it is on this machine.
+    """
+    rows = read_bundle(path)
+    run_id = _bundle_run(rows, run_ref, path)
+    own = story((p, t, s) for p, stream, t, s in rows if stream == run_id.hex)
+    items = {i.hex for i in item_ids(run_id, (e for _, e in own))}
+    asked = story((p, t, s) for p, stream, t, s in rows if t in _ITEM_TOPICS)
+    for position, event in asked:
+        stream = getattr(event, "originator_id", None)
+        if stream is not None and (stream.hex in items or getattr(event, "run_id", None) == run_id):
+            own.append((position, event))
+    own.sort(key=lambda pair: pair[0])
+    return build_replay(own)
+
+
+#: An export's event lines that a replay reads: (position, stream, topic, state).
+BundleRows = list[tuple[int, str, str, bytes]]
+
+
+def read_bundle(path: str | os.PathLike[str]) -> BundleRows:
+    """The story's event lines of the bundle's export (see ``story``), in file order."""
+    import tarfile
+    from binascii import Error as Base64Error
+    from binascii import a2b_base64
+
+    name = os.fspath(path)
+    try:
+        with tarfile.open(name, "r:") as tar:
+            member = next(
+                (m for m in tar.getmembers() if os.path.basename(m.name) == "export.jsonl"), None
+            )
+            if member is None or not member.isfile():
+                raise BundleError(f"{name} is not a shep audit bundle: it has no export.jsonl.")
+            handle = tar.extractfile(member)
+            assert handle is not None
+            raw = handle.read()
+    except FileNotFoundError:
+        raise BundleError(f"No bundle at {name}.") from None
+    except (tarfile.TarError, EOFError) as e:
+        raise BundleError(f"{name} is not a readable shep audit bundle (not a tar file).") from e
+    except OSError as e:
+        raise BundleError(f"Cannot read the bundle {name}: {e.strerror or e}.") from e
+    rows: BundleRows = []
+    for number, line in enumerate(raw.splitlines(), 1):
+        try:
+            record = _line_decoder.decode(line)
+            if number == 1 and (record.type != "export-start" or not record.format):
+                raise BundleError(f"{name}: export.jsonl does not start with an export-start line.")
+            if record.type == "event" and (
+                record.topic in _STORY_TOPICS or record.topic == _OUTPUT_TOPIC
+            ):
+                state = a2b_base64(record.state)
+                rows.append((record.position, record.stream, record.topic, state))
+        except (msgspec.DecodeError, Base64Error, ValueError) as e:
+            raise BundleError(f"{name}: line {number} of export.jsonl cannot be read ({e}).") from e
+    return rows
+
+
+def _bundle_run(rows: BundleRows, run_ref: str | None, path: str | os.PathLike[str]) -> UUID:
+    runs = [UUID(stream) for _, stream, topic, _ in rows if topic == _RUN_CREATED]
+    if run_ref is None:
+        if len(runs) == 1:
+            return runs[0]
+        raise BundleError(
+            f"{os.fspath(path)} holds {len(runs)} runs: name one (`shep replay RUN --bundle FILE`)."
+        )
+    prefix = _hex_prefix(run_ref)
+    if prefix is None:
+        raise RunNotFoundError(run_ref)
+    return _one([r for r in runs if r.hex.startswith(prefix)][:3], run_ref)
