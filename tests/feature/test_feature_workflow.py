@@ -3,7 +3,9 @@ subprocess (``fake_feature_agent.py`` as `claude`), the real store, real SIGKILL
 
 Each test asserts on what a user would see: the base branch's new commit and its
 files, the worktree and branch gone, the inbox, the event log, and (from the fake
-agent's own log) which agent calls ran, when, and with what prompt.
+agent's own log) which agent calls ran, when, and with what prompt. The longer
+scenarios (crashes, conflicts, bounds, a second base) carry the ``slow`` marker:
+CI runs them in its slow stage, and the default suite keeps one of each kind.
 """
 
 from __future__ import annotations
@@ -294,6 +296,7 @@ def _question(text: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_requirements_iterations_bounds_the_rounds_of_questions_asked(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -363,6 +366,7 @@ def test_a_rejected_gate_reruns_its_phase_with_the_reason(
     assert [k for k in agent.called() if k in later] == later
 
 
+@pytest.mark.slow
 def test_a_rejected_merge_gate_revises_the_code_with_the_reason(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -456,6 +460,7 @@ def test_an_unrepairable_plan_fails_the_run_with_the_validation_errors(
     assert status["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_resume_after_giving_up_reruns_the_plan_step_not_a_repair(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -547,6 +552,7 @@ def test_sigkill_during_the_second_task_resumes_without_redoing_finished_tasks(
     assert show(repo, at["task t2"], "src/step_2.py") == "# written by task t2\n"
 
 
+@pytest.mark.slow
 def test_the_cut_off_agent_cannot_write_into_the_resumed_feature(
     repo: Path, agent: FeatureAgent, shep_home: Path, tmp_path: Path
 ) -> None:
@@ -582,6 +588,7 @@ def test_the_cut_off_agent_cannot_write_into_the_resumed_feature(
     assert not left_alive, "the cut-off agent was still running after `shep resume`"
 
 
+@pytest.mark.slow
 def test_sigkill_in_a_parallel_phase_reruns_the_cut_off_task_from_clean_files(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -717,6 +724,7 @@ def test_a_merge_conflict_asks_and_keep_leaves_the_branch_and_the_users_checkout
     assert inbox() == []
 
 
+@pytest.mark.slow
 def test_a_merge_conflict_resolved_by_the_agent_merges_both_sides(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -737,6 +745,7 @@ def test_a_merge_conflict_resolved_by_the_agent_merges_both_sides(
     assert (repo / "src" / "app.py").read_text() == app
 
 
+@pytest.mark.slow
 def test_uncommitted_changes_in_the_users_checkout_ask_and_retry_merges_after_commit(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -767,6 +776,7 @@ def test_uncommitted_changes_in_the_users_checkout_ask_and_retry_merges_after_co
     assert git(repo, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_sigkill_right_after_the_base_moved_still_records_the_merge(
     repo: Path, agent: FeatureAgent, shep_home: Path, tmp_path: Path
 ) -> None:
@@ -831,6 +841,7 @@ def test_fast_goes_straight_to_the_code_and_merges(
     assert show(repo, tip, "src/fast.py") == "FAST = True\n"
 
 
+@pytest.mark.slow
 def test_base_names_another_branch_to_start_from_and_merge_into(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:

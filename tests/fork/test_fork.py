@@ -172,6 +172,7 @@ def test_a_feature_fork_goes_on_from_the_checkpoint_with_the_files_of_its_snapsh
     assert len([e for e in shep.events(origin) if isinstance(e, RunForked)]) == 1
 
 
+@pytest.mark.slow
 def test_reapply_answers_gives_the_fork_the_origins_decisions_on_record(shep: Shep) -> None:
     origin = _feature(shep)
     events = shep.events(origin)
