@@ -132,8 +132,10 @@ def _verify_export(path: Path, anchor_position: int | None, anchor_hash: bytes) 
     click.echo(line + f"Head hash: {report.head_hash}")
 
 
-class BundleInvalidError(ShepError):
-    """A bundle does not verify (its own line says why)."""
+class BundleInvalidError(ChainBrokenError):
+    """A bundle does not verify (its own line says why): exit 4, like a broken chain in
+    the store or in an export, so scripts check one code for any tampering.
+    """
 
 
 def _verify_bundle(path: Path) -> None:
