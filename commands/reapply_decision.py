@@ -12,14 +12,20 @@ from uuid import UUID
 import msgspec
 
 from commands.inbox_state import ItemState
-from commands.suspend_run import Ask, item_event
+from commands.run_state import load_run, next_events
+from commands.suspend_run import Ask, asked_node, item_event
 from events.base import utc_now
 from events.inbox import item_stream_id
 from events.store import EventStore
 
 
-def reapply_decision(store: EventStore, run_id: UUID, ask: Ask, origin: ItemState) -> UUID:
-    """Record ``ask`` on the fork's item and the origin's decision on it; return the item id."""
+def reapply_decision(
+    store: EventStore, run_id: UUID, ask: Ask, origin: ItemState, *, epoch: int
+) -> UUID:
+    """Record ``ask`` on the fork's item, the origin's decision on it, and the node's start on
+    the run (as ``suspend_run`` does for an item it asks), in one fenced append; return the
+    item id.
+    """
     assert origin.decision is not None
     item_id = item_stream_id(run_id, ask.interrupt_id)
     asked = item_event(run_id, item_id, ask)
@@ -31,5 +37,6 @@ def reapply_decision(store: EventStore, run_id: UUID, ask: Ask, origin: ItemStat
         run_id=run_id,
         reapplied_from=origin.item_id,
     )
-    store.append([asked, decided])
+    started = next_events(load_run(store, run_id), [asked_node(ask)], epoch=epoch)
+    store.append([asked, decided, *started])
     return item_id

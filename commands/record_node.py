@@ -7,9 +7,6 @@ that are no worker.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 from collections.abc import Callable
 from uuid import UUID
@@ -66,26 +63,17 @@ def start_agent(
 
     The check, the start and ``AgentStarted`` happen under the store's write lock,
     so nobody can take the run over in between: a worker fenced off while it was
-    stopped or slow starts no agent when it goes on (``WorkerFencedError``). A
-    process started but not recorded (the commit failed, the worker was told to
-    stop) is killed with its group; ``popen``'s own errors pass through.
+    stopped or slow starts no agent when it goes on (``WorkerFencedError``). If the
+    record fails after ``popen`` started the process, the caller kills it (see
+    ``shep.nodes.agent``); ``popen``'s own errors pass through.
     """
-    process: subprocess.Popen[bytes] | None = None
-    try:
-        with store.exclusive():
-            state = load_run(store, run_id)
-            check_owner(state, epoch)
-            check_transition(state, AgentStarted)
-            process = popen()
-            fields = {"node": node, "agent": agent, "pid": process.pid}
-            store.append(next_events(state, [(AgentStarted, fields)], epoch=epoch))
-    except BaseException:
-        if process is not None:
-            # start_new_session: the group is the process's pid.
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        raise
+    with store.exclusive():
+        state = load_run(store, run_id)
+        check_owner(state, epoch)
+        check_transition(state, AgentStarted)
+        process = popen()
+        fields = {"node": node, "agent": agent, "pid": process.pid}
+        store.append(next_events(state, [(AgentStarted, fields)], epoch=epoch))
     return process
 
 

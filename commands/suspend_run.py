@@ -82,6 +82,11 @@ def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
     )
 
 
+def asked_node(ask: Ask) -> tuple[type[Any], dict[str, Any]]:
+    """The run's ``NodeStarted`` for the question or gate ``ask`` (it starts when asked)."""
+    return (NodeStarted, {"node": ask.node, "iteration": ask.iteration, "kind": ask.kind})
+
+
 def suspend_run(
     store: EventStore, run_id: UUID, asks: Sequence[Ask], *, epoch: int
 ) -> tuple[RunState, list[UUID]]:
@@ -100,9 +105,7 @@ def suspend_run(
             item_ids.append(item_id)
             if load_item(store, item_id) is None:
                 item_events.append(item_event(run_id, item_id, ask))
-                run_items.append(
-                    (NodeStarted, {"node": ask.node, "iteration": ask.iteration, "kind": ask.kind})
-                )
+                run_items.append(asked_node(ask))
         approval = any(ask.kind == "approval" for ask in asks)
         run_items.append((RunSuspended, {"item_ids": item_ids, "approval": approval}))
         events = next_events(state, run_items, epoch=epoch)

@@ -85,7 +85,7 @@ def verify_chain(
 
 
 def _walk(conn: apsw.Connection, table: str, anchor_position: int | None) -> ChainReport:
-    if not _exists(conn, table):
+    if not table_exists(conn, table):
         return ChainReport(0, GENESIS_HASH)
     # Why storage classes are checked rather than hashed: each column holds exactly
     # one storage class when shep writes it (STORAGE_CLASSES), and an SQLite value
@@ -167,7 +167,7 @@ def _walk(conn: apsw.Connection, table: str, anchor_position: int | None) -> Cha
 
 def _check_not_truncated(conn: apsw.Connection, report: ChainReport) -> ChainReport:
     """A tracking position beyond the last event: events the readers saw were cut off."""
-    if not _exists(conn, "tracking"):
+    if not table_exists(conn, "tracking"):
         return report
     row = conn.execute(
         "SELECT application_name, notification_id FROM tracking "
@@ -187,10 +187,56 @@ def _check_not_truncated(conn: apsw.Connection, report: ChainReport) -> ChainRep
     )
 
 
-def _exists(conn: apsw.Connection, table: str) -> bool:
+def table_exists(conn: apsw.Connection, table: str) -> bool:
+    """Whether the database has ``table`` (a store that was never written has no log)."""
     return (
         conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)
         ).fetchone()
         is not None
+    )
+
+
+#: The stored topic of ``RunCreated`` (spelled out: the catalog builds every decoder).
+RUN_CREATED_TOPIC = "events.runs:RunCreated"
+
+
+def hex_prefix(ref: str) -> str | None:
+    """``ref`` as a lowercase prefix of a hex id (dashes dropped), or None if it cannot be."""
+    prefix = ref.strip().lower().replace("-", "")
+    if not prefix or len(prefix) > 32 or any(c not in "0123456789abcdef" for c in prefix):
+        return None
+    return prefix
+
+
+def single_run(matches: list[str], ref: str) -> str:
+    """The one run id of ``matches``: ``RunNotFoundError`` for none, ambiguity for several."""
+    from events.errors import AmbiguousRunIdError, RunNotFoundError
+
+    if not matches:
+        raise RunNotFoundError(ref)
+    if len(matches) > 1:
+        raise AmbiguousRunIdError(
+            f"Run id {ref!r} matches several runs; type more characters of it."
+        )
+    return matches[0]
+
+
+def run_in_log(conn: apsw.Connection, ref: str) -> str:
+    """The full run id (hex) for ``ref`` (an id or a unique prefix), from the log alone:
+    its ``RunCreated``. For readers that must not rely on projections (audit, replay).
+    """
+    prefix = hex_prefix(ref)
+    if prefix is None or not table_exists(conn, "stored_events"):
+        return single_run([], ref)
+    return single_run(
+        [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT originator_id FROM stored_events WHERE originator_id >= ? "
+                "AND originator_id < ? AND originator_version = 1 AND topic = ? LIMIT 3",
+                (prefix, prefix + "g", RUN_CREATED_TOPIC),
+            )
+        ],
+        ref,
     )

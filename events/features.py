@@ -11,6 +11,11 @@ from __future__ import annotations
 from events.base import Event
 from events.runs import Usage
 
+#: The workflows whose runs are features: the full graph and ``--fast``.
+FEATURE = "feature"
+FEATURE_FAST = "feature-fast"
+FEATURE_WORKFLOW_NAMES = frozenset({FEATURE, FEATURE_FAST})
+
 
 class WorktreeCreated(Event, frozen=True, kw_only=True):
     """The run's branch and worktree exist: made from ``base`` at ``base_sha``."""

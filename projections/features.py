@@ -14,6 +14,7 @@ import json
 
 from events.base import Event
 from events.features import (
+    FEATURE_WORKFLOW_NAMES,
     BranchPushed,
     FeatureMerged,
     MergeConflicted,
@@ -27,10 +28,8 @@ from events.features import (
 from events.runs import NodeCompleted, NodeFailed, NodeStarted, RunCreated
 from projections.base import Batch, Projection
 
-#: The workflows whose runs are features (``shep.workflows.feature``'s FEATURE and
-#: FEATURE_FAST; spelled here because the read side imports nothing of ``shep``, and a
-#: test holds the two equal).
-FEATURE_WORKFLOWS = frozenset({"feature", "feature-fast"})
+#: The workflows whose runs are features (kept as the name tests know it by).
+FEATURE_WORKFLOWS = FEATURE_WORKFLOW_NAMES
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS features ("

@@ -6,7 +6,8 @@ from typing import Any
 
 import apsw
 
-from events.errors import AmbiguousRunIdError, RunNotFoundError
+from events.audit import hex_prefix, single_run
+from events.errors import RunNotFoundError
 from events.runs import FINAL_STATUSES, WAITING_STATUSES, RunStatus
 
 Row = dict[str, Any]
@@ -20,8 +21,8 @@ def ids_with_prefix(conn: apsw.Connection, table: str, column: str, ref: str) ->
     """Up to 3 hex ids in ``table.column`` that start with ``ref`` (dashes ignored); none for
     a ``ref`` that cannot be a prefix of a hex id. ``table`` and ``column`` are constants.
     """
-    prefix = ref.strip().lower().replace("-", "")
-    if not prefix or not all(ch in "0123456789abcdef" for ch in prefix) or len(prefix) > 32:
+    prefix = hex_prefix(ref)
+    if prefix is None:
         return []
     return [
         str(r[0])
@@ -43,14 +44,7 @@ def rows_of(cursor: apsw.Cursor) -> list[Row]:
 
 def resolve_run_id(conn: apsw.Connection, ref: str) -> str:
     """The full run id (hex) for a run id or a unique prefix of one (dashes ignored)."""
-    matches = ids_with_prefix(conn, "runs", "run_id", ref)
-    if not matches:
-        raise RunNotFoundError(ref)
-    if len(matches) > 1:
-        raise AmbiguousRunIdError(
-            f"Run id {ref!r} matches several runs; type more characters of it."
-        )
-    return str(matches[0])
+    return single_run(ids_with_prefix(conn, "runs", "run_id", ref), ref)
 
 
 def list_runs(conn: apsw.Connection, *, include_all: bool = False, recent: int = 10) -> list[Row]:

@@ -35,7 +35,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
 from events.errors import ShepError
-from shep.audit_export import ExportFileError, ExportFilter, verify_export, write_jsonl
+from shep.audit_export import ExportFileError, ExportFilter, canonical, write_jsonl
+from shep.audit_verify import verify_export
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -132,7 +133,7 @@ def bundle_export(export_path: Path, out_path: Path, sign_key: Path | None) -> B
     """Bundle an export file already written (``write_bundle`` without the store)."""
     scan = _scan_export(export_path)
     statement = _statement(scan)
-    payload = _canonical(statement)
+    payload = canonical(statement)
     signatures: list[dict[str, str]] = []
     members: dict[str, bytes] = {}
     signer: str | None = None
@@ -155,7 +156,7 @@ def bundle_export(export_path: Path, out_path: Path, sign_key: Path | None) -> B
         "payload": base64.b64encode(payload).decode(),
         "signatures": signatures,
     }
-    members[STATEMENT_MEMBER] = _canonical(envelope) + b"\n"
+    members[STATEMENT_MEMBER] = canonical(envelope) + b"\n"
     digests = {EXPORT_MEMBER: scan.sha256}
     digests.update({name: hashlib.sha256(data).hexdigest() for name, data in members.items()})
     members[MANIFEST_MEMBER] = _manifest(digests)
@@ -219,10 +220,6 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     info.uname = info.gname = ""
     info.type = tarfile.REGTYPE
     return info
-
-
-def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass

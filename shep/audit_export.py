@@ -21,7 +21,7 @@ ensure_ascii=False)`` writes) and a newline.
 
 The export reads one snapshot of the store (a single read transaction) and
 streams it: memory stays flat whatever the size of the log. ``shep.audit_verify``
-checks an export offline (``verify_export``, also importable from here).
+checks an export offline (``shep.audit_verify.verify_export``).
 """
 
 from __future__ import annotations
@@ -42,12 +42,11 @@ from uuid import UUID
 import apsw
 import msgspec
 
-from events.audit import open_log
+from events.audit import open_log, run_in_log, table_exists
 from events.base import utc_now
 from events.catalog import topic_of
 from events.chain import GENESIS_HASH
 from events.errors import (
-    AmbiguousRunIdError,
     RunNotFoundError,
     ShepError,
     StoreCorruptedError,
@@ -60,14 +59,11 @@ from events.inbox import (
     QuestionAsked,
     notification_stream_id,
 )
-from events.runs import RunCreated
 from events.schema import store_error
 from events.supervisor import supervisor_stream_id
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from shep.audit_verify import ExportReport, verify_export
 
 __all__ = [
     "CSV_COLUMNS",
@@ -77,12 +73,10 @@ __all__ = [
     "ExportFileError",
     "ExportFilter",
     "ExportFilterError",
-    "ExportReport",
     "ExportSummary",
     "canonical",
     "iter_export",
     "parse_since",
-    "verify_export",
     "write_csv",
     "write_jsonl",
 ]
@@ -300,12 +294,7 @@ class _Selection:
         self.conn = conn
         self.flt = flt
         self.json = _Json()
-        has_log = (
-            conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
-            ).fetchone()
-            is not None
-        )
+        has_log = table_exists(conn, "stored_events")
         head = (
             conn.execute(
                 "SELECT notification_id, chain_hash FROM stored_events "
@@ -318,7 +307,7 @@ class _Selection:
         self.head_position: int = head[0] if head else 0
         self.head_hash: str = bytes(head[1]).hex() if head else _GENESIS_HEX
         self.run: str | None = (
-            self._resolve_run(flt.run_id) if flt.run_id is not None and has_log else None
+            run_in_log(self.conn, flt.run_id) if flt.run_id is not None and has_log else None
         )
         if flt.run_id is not None and self.run is None:
             raise RunNotFoundError(flt.run_id)
@@ -333,27 +322,6 @@ class _Selection:
             "filter": {"run": self.run, "since": since, "kind": self.flt.kind},
             "exported_at": utc_now().isoformat().replace("+00:00", "Z"),
         }
-
-    def _resolve_run(self, ref: str) -> str:
-        """The run's full id from the log alone (no projection: audit reads a damaged store)."""
-        prefix = ref.strip().lower().replace("-", "")
-        if not prefix or len(prefix) > 32 or not all(c in "0123456789abcdef" for c in prefix):
-            raise RunNotFoundError(ref)
-        found = [
-            str(row[0])
-            for row in self.conn.execute(
-                "SELECT originator_id FROM stored_events WHERE originator_id >= ? "
-                "AND originator_id < ? AND topic = ? AND originator_version = 1 LIMIT 2",
-                (prefix, prefix + "g", topic_of(RunCreated)),
-            )
-        ]
-        if not found:
-            raise RunNotFoundError(ref)
-        if len(found) > 1:
-            raise AmbiguousRunIdError(
-                f"Run id {ref!r} matches several runs; type more characters of it."
-            )
-        return found[0]
 
     def _run_streams(self, run: str) -> list[str]:
         """The run's stream, its supervisor's, and its items' (with their notifications)."""
@@ -608,19 +576,3 @@ def _cell(value: Any) -> str:
         return ""
     text = value if isinstance(value, str) else str(value)
     return "'" + text if text.startswith(_FORMULA_START) else text
-
-
-if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        """``verify_export`` and ``ExportReport``, still importable from here.
-
-        They live in ``shep.audit_verify``, which imports the line format from
-        this module: importing it on first use, not at the top, keeps the two
-        out of an import cycle.
-        """
-        if name in ("ExportReport", "verify_export"):
-            from shep import audit_verify
-
-            return getattr(audit_verify, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

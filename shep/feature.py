@@ -73,7 +73,7 @@ def plan_feature(
     if base == current and check_dirty:
         dirty = git.dirty_files(source)
         if dirty:
-            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            shown = git.describe_files(dirty)
             raise FeatureError(
                 f"{source} has uncommitted changes on {base} ({shown}): commit or stash them "
                 "first, or pass --base with another branch."
@@ -131,8 +131,8 @@ def create_feature_run(
 ) -> UUID:
     """Create the feature's run (``feature`` or ``feature-fast``) on its worktree."""
     from commands.create_run import create_run
+    from events.features import FEATURE, FEATURE_FAST
     from shep.workflows import get_workflow
-    from shep.workflows.feature import FEATURE, FEATURE_FAST
 
     workflow = get_workflow(FEATURE_FAST if fast else FEATURE)
 

@@ -138,7 +138,7 @@ def plan_removal(feature: Feature, *, force: bool) -> Removal:
     if exists and not force:
         dirty = git.dirty_files(path)
         if dirty:
-            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            shown = git.describe_files(dirty)
             raise RemovalRefusedError(
                 f"{path} has uncommitted changes ({shown})",
                 "commit or discard them, or pass --force to remove them with the worktree.",

@@ -665,7 +665,8 @@ def _merge_tree(repo: StrPath, base_sha: str, tip: str) -> tuple[str, list[str]]
     return tree, conflicts
 
 
-def _describe(files: list[str], limit: int = 5) -> str:
+def describe_files(files: list[str], limit: int = 5) -> str:
+    """A few of ``files``, then how many more: for one-line messages."""
     shown = ", ".join(files[:limit])
     return shown + (f" and {len(files) - limit} more" if len(files) > limit else "")
 
@@ -702,7 +703,7 @@ def squash_merge(repo: StrPath, base_branch: str, branch: str, message: str) -> 
         dirty = dirty_files(root)
         if dirty:
             raise GitError(
-                f"{base_branch} has uncommitted changes in {root} ({_describe(dirty)}); "
+                f"{base_branch} has uncommitted changes in {root} ({describe_files(dirty)}); "
                 "commit or stash them and retry."
             )
     tree, conflicts = _merge_tree(root, old, tip)
@@ -856,3 +857,12 @@ def find_commit(repo: StrPath, since: str, ref: str, text: str) -> str | None:
         doing=f"search {ref} for {text!r}",
     ).stdout.split()
     return found[0] if found else None
+
+
+def newest_ref_number(repo: StrPath, prefix: str) -> int:
+    """The highest ``N`` among the refs ``PREFIX/N`` (0 when there is none)."""
+    names = _git(
+        repo, "for-each-ref", "--format=%(refname)", prefix, doing=f"list the refs under {prefix}"
+    ).stdout.split()
+    numbers = [int(n.rsplit("/", 1)[1]) for n in names if n.rsplit("/", 1)[1].isdigit()]
+    return max(numbers, default=0)

@@ -261,7 +261,11 @@ class Runner:
                 continue
             try:
                 reapply_decision(
-                    self.store, self.run_id, _ask(interrupt.id, interrupt.value), theirs
+                    self.store,
+                    self.run_id,
+                    _ask(interrupt.id, interrupt.value),
+                    theirs,
+                    epoch=self.epoch,
                 )
             except ConcurrencyError:
                 continue  # another worker of this fork recorded it first: use theirs
@@ -333,8 +337,6 @@ class Runner:
     def _remember_history(self, ctx: RunContext, kit: RunKit) -> None:
         """Attempts so far per node and iteration, and agent sessions still in flight."""
         for event in self.store.load(self.run_id):
-            if getattr(event, "snapshot", None):
-                ctx.snapshots += 1
             if isinstance(event, NodeStarted):
                 key = (event.node, event.iteration)
                 ctx.attempts[key] = max(ctx.attempts.get(key, 0), event.attempt)

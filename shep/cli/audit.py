@@ -109,7 +109,8 @@ def _anchor_matches(position: int, expected: bytes, found: bytes | None) -> str:
 
 
 def _verify_export(path: Path, anchor_position: int | None, anchor_hash: bytes) -> None:
-    from shep.audit_export import ExportFileError, verify_export
+    from shep.audit_export import ExportFileError
+    from shep.audit_verify import verify_export
 
     try:
         report = verify_export(path, anchor_position=anchor_position)

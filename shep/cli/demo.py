@@ -182,9 +182,10 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
 def _feature_runs(runtime: Runtime) -> list[Any]:
     from uuid import UUID
 
+    from events.features import FEATURE_WORKFLOW_NAMES
     from projections.queries import list_runs
     from projections.runner import catch_up
 
     conn = runtime.read_db()
     catch_up(conn)
-    return [UUID(r["run_id"]) for r in list_runs(conn) if r["workflow"].startswith("feature")]
+    return [UUID(r["run_id"]) for r in list_runs(conn) if r["workflow"] in FEATURE_WORKFLOW_NAMES]

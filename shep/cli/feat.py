@@ -133,16 +133,8 @@ def new(
     launch(runtime, run_id, resume=False, background=background, timeout=timeout)
 
 
-def _register_views() -> None:
-    """ls, show, rm and gc live in ``shep.cli.feat_views``."""
-    try:
-        from shep.cli import feat_views
-    except ImportError:  # pragma: no cover - while it is being written
-        return
-    for name in ("ls", "show", "rm", "gc"):
-        command = getattr(feat_views, name, None)
-        if isinstance(command, click.Command):
-            feat.add_command(command, name)
+# ls, show, rm and gc live in their own module (`shep feat` itself is loaded lazily).
+from shep.cli.feat_views import gc, ls, rm, show  # noqa: E402
 
-
-_register_views()
+for _view in (ls, show, rm, gc):
+    feat.add_command(_view)

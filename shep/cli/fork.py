@@ -13,8 +13,6 @@ import click
 from shep.cli.render import Seconds
 from shep.runtime import Runtime
 
-_FEATURE_WORKFLOWS = ("feature", "feature-fast")
-
 
 @click.command()
 @click.argument("run_ref", metavar="RUN")
@@ -67,6 +65,7 @@ def fork(
     """
     from commands.fork_run import find_checkpoint, fork_id, fork_run
     from events.errors import RunInputError
+    from events.features import FEATURE_WORKFLOW_NAMES
     from events.runs import RunCreated
     from projections.queries import resolve_run_id
     from shep.cli.run import launch
@@ -77,7 +76,7 @@ def fork(
     created = store.load(origin, types=[RunCreated])[0]
     assert isinstance(created, RunCreated)
     found = find_checkpoint(store, origin, checkpoint)
-    feature = created.workflow in _FEATURE_WORKFLOWS
+    feature = created.workflow in FEATURE_WORKFLOW_NAMES
     restore = restore or ("both" if feature else "state")
     if restore != "state" and not feature:
         raise RunInputError(
@@ -85,13 +84,8 @@ def fork(
             f"{created.workflow} run, so only --restore state applies."
         )
     if fork_key and store.stream_version(fork_id(origin, fork_key)) > 0:
-        existing = fork_id(origin, fork_key)
-        click.echo(existing.hex)
-        click.echo(
-            f"Fork {existing.hex[:8]} of run {origin.hex[:8]} already exists (--id {fork_key}); "
-            f"see `shep status {existing.hex[:8]}`.",
-            err=True,
-        )
+        # Checked before a worktree is made for nothing; fork_run decides for sure below.
+        _exists(origin, fork_id(origin, fork_key), fork_key)
         return
     repo, inputs = created.repo, dict(created.inputs)
     made: Any = None
@@ -100,7 +94,7 @@ def fork(
         repo = str(made.worktree)
     me = os.getpid()
     try:
-        new_id, _ = fork_run(
+        new_id, made_now = fork_run(
             store,
             origin,
             found.checkpoint_id,
@@ -115,11 +109,12 @@ def fork(
             process_start=process_start(me),
         )
     except BaseException:
-        if made is not None:
-            from shep.feature import discard_worktree
-
-            discard_worktree(made)
+        _discard(made)
         raise
+    if not made_now:  # another `shep fork --id` with this key got there first
+        _discard(made)
+        _exists(origin, new_id, fork_key)
+        return
     click.echo(
         f"Fork {new_id.hex[:8]} of run {origin.hex[:8]} at checkpoint "
         f"{found.checkpoint_id} (step {found.step}, restore {restore}"
@@ -129,6 +124,22 @@ def fork(
         err=True,
     )
     launch(runtime, new_id, resume=False, background=background, timeout=timeout)
+
+
+def _exists(origin: UUID, fork: UUID, key: str | None) -> None:
+    click.echo(fork.hex)
+    click.echo(
+        f"Fork {fork.hex[:8]} of run {origin.hex[:8]} already exists (--id {key}); "
+        f"see `shep status {fork.hex[:8]}`.",
+        err=True,
+    )
+
+
+def _discard(made: Any) -> None:
+    if made is not None:
+        from shep.feature import discard_worktree
+
+        discard_worktree(made)
 
 
 def _fork_worktree(
@@ -150,7 +161,7 @@ def _fork_worktree(
 
     inputs = dict(created.inputs)
     snapshot = None
-    for event in store.load(origin):
+    for event in store.load(origin, types=[NodeCompleted, TaskCompleted]):
         if event.originator_version > checkpoint.originator_version:
             break
         if isinstance(event, NodeCompleted | TaskCompleted) and event.snapshot:

@@ -283,8 +283,9 @@ def _resume(
             err=True,
         )
         return
-    if state.status is RunStatus.RUNNING:
-        state = _take_over(runtime, state, force=force)
+    taken_over = state.status is RunStatus.RUNNING
+    if taken_over:
+        state = _take_over(runtime, state, force=force)  # it stops the worker and its agents
     if state.status in WAITING_STATUSES:
         raise InvalidTransitionError(
             run_id.hex, state.status.value, "resume it: it goes on once decided (`shep inbox`)"
@@ -295,8 +296,9 @@ def _resume(
     # writing into the repository: it must not outlive its worker.
     from shep.worker import stop_worker
 
-    for line in stop_worker(None, None, run_id, grace=5.0):
-        click.echo(f"{line} (left behind by the run's last worker)", err=True)
+    if not taken_over:
+        for line in stop_worker(None, None, run_id, grace=5.0):
+            click.echo(f"{line} (left behind by the run's last worker)", err=True)
     launch(runtime, run_id, resume=True, background=background, timeout=timeout)
 
 

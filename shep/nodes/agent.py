@@ -35,7 +35,7 @@ from shep.agents import (
     ToolUse,
     embed_context,
 )
-from shep.agents.process import LAUNCHER
+from shep.agents.process import LAUNCHER, kill_group
 from shep.nodes.context import RunContext, iteration_of
 from shep.settings import Settings
 from shep.workflows.base import AgentStep, NodeFn, repository_tree, tools_for
@@ -184,8 +184,24 @@ class AgentNodes:
     def _launch(
         self, node: str, popen: Callable[[], subprocess.Popen[bytes]]
     ) -> subprocess.Popen[bytes]:
+        """Start the agent only while this worker owns the run (``start_agent``); a process
+        started but not recorded (the commit failed, SIGTERM came) is killed with its group.
+        """
         ctx = self.ctx
-        return start_agent(ctx.store, ctx.run_id, node, self.executor.name, popen, epoch=ctx.epoch)
+        started: list[subprocess.Popen[bytes]] = []
+
+        def spawn() -> subprocess.Popen[bytes]:
+            started.append(popen())
+            return started[-1]
+
+        try:
+            return start_agent(
+                ctx.store, ctx.run_id, node, self.executor.name, spawn, epoch=ctx.epoch
+            )
+        except BaseException:
+            for process in started:
+                kill_group(process, 0.0)
+            raise
 
     def _call(self, step: AgentStep, prompt: str, options: AgentOptions) -> AgentResult:
         ctx = self.ctx

@@ -89,8 +89,8 @@ class RunContext:
     #: Attempts so far per (node, iteration), from the log and this execution.
     attempts: dict[tuple[str, int], int] = field(default_factory=dict)
     buffer: AgentOutputBuffer | None = None
-    #: Snapshots taken so far in this run (the log's and this execution's): names the next ref.
-    snapshots: int = 0
+    #: The number of the newest snapshot ref of this run (read from git on first use).
+    snapshots: int | None = None
     settings: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -111,13 +111,18 @@ class RunContext:
         repo = self.plan.repo
         if not (repo / ".git").exists():
             return None
-        with self._lock:
-            self.snapshots += 1
-            number = self.snapshots
+        refs = f"refs/shep/runs/{self.run_id.hex}"
         try:
+            with self._lock:
+                # Numbered after the refs that exist, not after the events: a snapshot
+                # taken just before a crash has a ref but no event, and must keep it.
+                if self.snapshots is None:
+                    self.snapshots = git.newest_ref_number(repo, refs)
+                self.snapshots += 1
+                number = self.snapshots
             return git.snapshot(
                 repo,
-                f"refs/shep/runs/{self.run_id.hex}/{number}",
+                f"{refs}/{number}",
                 message=f"shep {self.plan.workflow.name} {self.run_id.hex[:8]}: {label}",
             )
         except GitError as e:

@@ -60,8 +60,8 @@ class StepRun:
     def message(self, text: str) -> None:
         self._ctx.progress.message(text)
 
-    def history(self) -> list[Any]:
-        return self._ctx.store.load(self._ctx.run_id)
+    def history(self, *types: type[Any]) -> list[Any]:
+        return self._ctx.store.load(self._ctx.run_id, types=types or None)
 
     def setting(self, key: str) -> Any:
         settings = self._ctx.settings

@@ -14,9 +14,10 @@ from uuid import UUID
 
 import msgspec
 
+from events.audit import hex_prefix, run_in_log, single_run
 from events.base import Event
 from events.checkpoints import WritesSaved
-from events.errors import AmbiguousRunIdError, RunNotFoundError, StoreUnavailableError
+from events.errors import StoreUnavailableError
 from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
@@ -199,44 +200,7 @@ def resolve_run(conn: apsw.Connection, run_ref: str) -> UUID:
     """The run whose id is ``run_ref`` or starts with it (dashes ignored), read from the log
     itself (``RunCreated`` events), not from a projection.
     """
-    hex_prefix = _hex_prefix(run_ref)
-    if hex_prefix is None:
-        raise RunNotFoundError(run_ref)
-    if not _has_events_table(conn):
-        raise RunNotFoundError(run_ref)
-    matches = [
-        UUID(row[0])
-        for row in conn.execute(
-            "SELECT originator_id FROM stored_events WHERE originator_id >= ? "
-            "AND originator_id < ? AND originator_version = 1 AND topic = ? LIMIT 3",
-            (hex_prefix, hex_prefix + "g", _RUN_CREATED),
-        )
-    ]
-    return _one(matches, run_ref)
-
-
-def _one(matches: list[UUID], run_ref: str) -> UUID:
-    if not matches:
-        raise RunNotFoundError(run_ref)
-    if len(matches) > 1:
-        raise AmbiguousRunIdError(
-            f"Run id {run_ref!r} matches several runs; type more characters of it."
-        )
-    return matches[0]
-
-
-def _hex_prefix(run_ref: str) -> str | None:
-    prefix = run_ref.strip().lower().replace("-", "")
-    if not prefix or len(prefix) > 32 or any(c not in "0123456789abcdef" for c in prefix):
-        return None
-    return prefix
-
-
-def _has_events_table(conn: apsw.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stored_events'"
-    ).fetchone()
-    return row is not None
+    return UUID(run_in_log(conn, run_ref))
 
 
 # --- reading a bundle -----------------------------------------------------------------
@@ -326,7 +290,5 @@ def _bundle_run(rows: BundleRows, run_ref: str | None, path: str | os.PathLike[s
         raise BundleError(
             f"{os.fspath(path)} holds {len(runs)} runs: name one (`shep replay RUN --bundle FILE`)."
         )
-    prefix = _hex_prefix(run_ref)
-    if prefix is None:
-        raise RunNotFoundError(run_ref)
-    return _one([r for r in runs if r.hex.startswith(prefix)][:3], run_ref)
+    prefix = hex_prefix(run_ref) or "-"  # "-": no hex id starts with it
+    return UUID(single_run([r.hex for r in runs if r.hex.startswith(prefix)][:3], run_ref))

@@ -107,7 +107,8 @@ class StepIO(Protocol):
     the step's node. ``snapshot`` commits the repository's files to a private
     ref and returns the commit (None outside git). ``attempt`` counts this
     node's executions in this iteration (2 and up: it failed or was cut off
-    before); ``history`` is the run's events so far.
+    before); ``history(*types)`` is the run's events so far (of those types only, if given:
+    a run's stream also holds its output and checkpoints).
     """
 
     repo: Path
@@ -126,7 +127,7 @@ class StepIO(Protocol):
 
     def message(self, text: str) -> None: ...
 
-    def history(self) -> list[Any]: ...
+    def history(self, *types: type[Any]) -> list[Any]: ...
 
     def setting(self, key: str) -> Any: ...
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from events.errors import StepFailedError
+from events.features import FEATURE, FEATURE_FAST
 from shep.workflows.base import (
     AgentStep,
     ApprovalGate,
@@ -69,8 +70,6 @@ from shep.workflows.feature_steps import (
     tests,
 )
 
-FEATURE = "feature"
-FEATURE_FAST = "feature-fast"
 #: How many times a repair step may try to fix one invalid file.
 MAX_REPAIRS = 3
 

@@ -48,16 +48,23 @@ def run_command(
 ) -> tuple[int | None, str, int]:
     """Run a command line (no shell) in ``cwd``; (exit code or None on timeout, output tail, ms).
 
-    The command runs in its own process group, killed whole on timeout.
+    The command runs in its own process group, stopped whole on timeout (TERM, then
+    KILL: ``shep.agents.process.kill_group``, as for an agent). A leftover child that keeps
+    the output pipe open cannot hold the step: its output is given up after a few seconds.
     """
     import shlex
-    import signal
     import subprocess
+
+    from shep.agents.process import kill_group
 
     started = time.monotonic()
     try:
+        argv = shlex.split(command)
+    except ValueError as e:
+        return 127, f"cannot run {command!r}: {e}", 0
+    try:
         process = subprocess.Popen(
-            shlex.split(command),
+            argv,
             cwd=cwd,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
@@ -71,9 +78,11 @@ def run_command(
         output, _ = process.communicate(timeout=timeout)
         code: int | None = process.returncode
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
+        kill_group(process, 2.0)
+        try:
+            output, _ = process.communicate(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            output = b""
         code = None
     tail = output[-OUTPUT_TAIL:].decode("utf-8", "replace")
     return code, tail, int((time.monotonic() - started) * 1000)
@@ -171,7 +180,7 @@ def implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     tasks = validate_tasks(spec_dir / "tasks.yaml", plan)[0] if plan else None
     if plan is None or tasks is None:
         raise StepFailedError(f"the plan no longer validates: {'; '.join(errors)}")
-    history = io.history()
+    history = io.history(TaskStarted, TaskCompleted, NodeCompleted)
     done = {e.task for e in history if isinstance(e, TaskCompleted)}
     started = {e.task for e in history if isinstance(e, TaskStarted)}
     cut_off = started - done
@@ -317,7 +326,7 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     inputs = io.inputs
     source = Path(inputs["source_repo"])
     branch, base = inputs["branch"], inputs["base"]
-    history = io.history()
+    history = io.history(FeatureMerged, PullRequestOpened, WorktreeRemoved)
     trailer = f"Shep-Run: {io.run_id}"
     merged = any(isinstance(e, FeatureMerged) for e in history)
     opened = any(isinstance(e, PullRequestOpened) for e in history)

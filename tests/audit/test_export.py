@@ -40,10 +40,10 @@ from shep.audit_export import (
     canonical,
     iter_export,
     parse_since,
-    verify_export,
     write_csv,
     write_jsonl,
 )
+from shep.audit_verify import verify_export
 from shep.cli import main
 from tests.e2e.cli import shep
 from tests.gates.store_items import ask_on_new_run, gate, question

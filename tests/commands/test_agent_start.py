@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from types import SimpleNamespace
 from uuid import UUID
 
 import pytest
@@ -18,6 +19,7 @@ from commands.start_run import start_run
 from events.errors import InvalidTransitionError, StoreUnavailableError, WorkerFencedError
 from events.runs import AgentStarted, RunInterrupted
 from events.store import EventStore
+from shep.nodes.agent import AgentNodes
 
 
 def _started(store: EventStore) -> UUID:
@@ -114,8 +116,11 @@ def test_an_agent_started_but_not_recorded_is_killed(
         raise StoreUnavailableError("disk full")
 
     monkeypatch.setattr(store, "append", broken)
+    # The worker's launcher (what every executor starts its agent through) kills it.
+    ctx = SimpleNamespace(store=store, run_id=run_id, epoch=1)
+    nodes = AgentNodes(ctx, SimpleNamespace(name="claude"), None, 1.0)  # type: ignore[arg-type]
     with pytest.raises(StoreUnavailableError):
-        start_agent(store, run_id, "a", "claude", popen, epoch=1)
+        nodes._launch("a", popen)
     [process] = started
     assert process.returncode is not None  # killed and reaped
     assert not [e for e in store.load(run_id) if isinstance(e, AgentStarted)]

@@ -246,7 +246,7 @@ def conn(store: EventStore, db_path: Path) -> Iterator[Any]:
 
 def test_feature_workflows_are_those_of_the_workflow_module() -> None:
     """The read side's feature workflow names are the workflows' own."""
-    from shep.workflows.feature import FEATURE, FEATURE_FAST
+    from events.features import FEATURE, FEATURE_FAST
 
     assert {FEATURE, FEATURE_FAST} == FEATURE_WORKFLOWS
 
