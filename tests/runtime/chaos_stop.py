@@ -525,8 +525,10 @@ def fencing_problems(
       started that node; every agent output names a node its owner called;
     - every agent call was started by its worker as owner: its ``AgentStarted``
       (appended under the write lock with the ownership check and the start)
-      lies in its worker's stretch; a call without one (its worker was killed
-      while starting it) is the last thing that worker did.
+      lies in its worker's stretch; a call without one (its worker was killed,
+      or got SIGTERM, while starting it) is the last work that worker did: at
+      most its heartbeat and its own interruption follow (the worker kills an
+      unrecorded agent before it records anything else).
     """
     problems: list[str] = []
     short = run_id[:8]
@@ -534,7 +536,7 @@ def fencing_problems(
     pids: set[int] = {e.pid for e in events if isinstance(e, RunStarted | RunResumed)}
     running = False
     recorded: set[int] = set()  # agent pids with an AgentStarted
-    stamped_by: dict[int, float] = {}  # owner pid -> its newest event's time
+    worked_at: dict[int, float] = {}  # owner pid -> its newest work's time (not a beat or its end)
     by_worker: dict[int | None, list[dict[str, Any]]] = {}
     call_workers: dict[int, int | None] = {}
     for call in calls:
@@ -566,8 +568,8 @@ def fencing_problems(
                 f"{what}: stamped {e.timestamp.isoformat()}, before its owner "
                 f"(epoch {owner.epoch}, pid {owner.pid}) began at {owner.timestamp.isoformat()}"
             )
-        if not isinstance(e, RunInterrupted) or e.detected_by_pid == owner.pid:
-            stamped_by[owner.pid] = e.timestamp.timestamp()
+        if not isinstance(e, HeartbeatRecorded | RunInterrupted):
+            worked_at[owner.pid] = e.timestamp.timestamp()
         if isinstance(e, AgentStarted):
             recorded.add(e.pid)
             if e.pid in call_workers and call_workers[e.pid] != owner.pid:
@@ -602,7 +604,7 @@ def fencing_problems(
             f"{short}: node completions {dict(completed)}, expected each of {nodes} once"
         )
     for owner in owners:
-        last = stamped_by.get(owner.pid, 0.0)
+        last = worked_at.get(owner.pid, 0.0)
         for call in by_worker.get(owner.pid, []):
             if call["pid"] not in recorded and call["time"] < last:
                 problems.append(

@@ -206,6 +206,32 @@ def test_a_clean_takeover_history_has_no_fencing_problems() -> None:
     assert fencing_problems(RUN.hex, events, calls, NODES) == []
 
 
+def test_an_agent_killed_unrecorded_by_a_stopping_worker_is_no_fencing_problem() -> None:
+    """SIGTERM reaches a worker between starting an agent and recording it (``resume --force``
+    on a worker stopped under the write lock): the worker kills that agent, beats once more
+    and records its own interruption. Nothing of the agent reached the log: accepted.
+    """
+    events, calls = _history()
+    common: dict[str, Any] = {"originator_id": RUN, "originator_version": 0}
+    events = [e for e in events if not (isinstance(e, AgentStarted) and e.pid == 2)]
+    at = next(i for i, e in enumerate(events) if isinstance(e, RunInterrupted))
+    events[at : at + 1] = [
+        HeartbeatRecorded(**common, timestamp=_at(5.6), pid=100, host="h"),
+        RunInterrupted(
+            **common,
+            timestamp=_at(5.7),
+            reason="worker stopped by SIGTERM",
+            epoch=1,
+            detected_by_pid=100,
+        ),
+    ]
+    assert fencing_problems(RUN.hex, _numbered(events), calls, NODES) == []
+    # the same unrecorded agent followed by more work of its worker is caught
+    events.insert(at + 1, NodeCompleted(**common, timestamp=_at(5.65), node="x", duration_ms=1))
+    problems = fencing_problems(RUN.hex, _numbered(events), calls, NODES)
+    assert any("has no AgentStarted, yet that worker went on" in p for p in problems), problems
+
+
 def _late_heartbeat(events: list[Event], calls: list[dict[str, Any]]) -> None:
     events.insert(
         11,
