@@ -274,3 +274,15 @@ class RemovalRefusedError(FeatureError):
     def __init__(self, problem: str, fix: str) -> None:
         super().__init__(f"{problem}: {fix}")
         self.problem = problem
+
+
+class PolicyError(ShepError):
+    """A supervisor policy that cannot be set or used (an unknown autonomy, a bad rule, a file)."""
+
+    exit_code = 2
+
+
+class SupervisorOffError(ShepError):
+    """The supervisor was asked to act while the ``collaboration`` flag is off."""
+
+    exit_code = 2

@@ -2,10 +2,13 @@
 
 An item's stream id is derived from its run and the LangGraph interrupt that
 asked it (``item_stream_id``), so asking again after a crash finds the same
-stream. The item is version 1; its decision is version 2, appended with
-optimistic concurrency: exactly one decision ever takes effect, and a second
-(the user racing the supervisor, two terminals) is a conflict, never an
-overwrite.
+stream. The item is version 1; its decision follows, appended with optimistic
+concurrency on the stream's version: exactly one decision takes effect, and a
+second (two terminals, the supervisor racing the user) is a conflict, never an
+overwrite. Two things may come before or after it: a user's approval that
+waits for the supervisor's co-signature (``ApprovalVoted``, under a cosign
+policy), and a user's decision that overrides the supervisor's while the run
+still waits on the item (``overrides``): the user always wins.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class QuestionAnswered(Event, frozen=True, kw_only=True):
     node: str | None = None
     #: Carried over by ``shep fork --reapply-answers``: the origin's item it repeats.
     reapplied_from: UUID | None = None
+    #: A user's decision replacing the supervisor's (its actor), while the run still waited.
+    overrides: str | None = None
 
 
 class ApprovalRequested(Event, frozen=True, kw_only=True):
@@ -96,6 +101,10 @@ class ApprovalGranted(Event, frozen=True, kw_only=True):
     node: str | None = None
     #: Carried over by ``shep fork --reapply-answers``: the origin's item it repeats.
     reapplied_from: UUID | None = None
+    #: A user's decision replacing the supervisor's (its actor), while the run still waited.
+    overrides: str | None = None
+    #: Under a cosign policy: the other approver (the supervisor, or the user who voted first).
+    cosigned_by: str | None = None
 
 
 class ApprovalRejected(Event, frozen=True, kw_only=True):
@@ -108,6 +117,23 @@ class ApprovalRejected(Event, frozen=True, kw_only=True):
     node: str | None = None
     #: Carried over by ``shep fork --reapply-answers``: the origin's item it repeats.
     reapplied_from: UUID | None = None
+    #: A user's decision replacing the supervisor's (its actor), while the run still waited.
+    overrides: str | None = None
+
+
+class ApprovalVoted(Event, frozen=True, kw_only=True):
+    """A user approved a gate under a cosign policy before the supervisor co-signed it.
+
+    The gate stays open: it is approved when the supervisor approves too. If
+    the supervisor declines (rejects or escalates), the user's next approval
+    decides alone.
+    """
+
+    actor: str
+    rationale: str = ""
+    policy: str | None = None
+    run_id: UUID | None = None
+    node: str | None = None
 
 
 def notification_stream_id(item_id: UUID) -> UUID:

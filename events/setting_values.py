@@ -234,6 +234,10 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
             120.0, 10.0, WEEK, "heartbeat age after which a run is interrupted"
         ),
         "inbox_notice": FlagSetting(True, "print `N waiting in the inbox` on every command"),
+        # A feature flag: `shep settings flags` lists them.
+        "collaboration": FlagSetting(
+            False, "the supervisor decides inbox items its policies cover (`shep supervisor`)"
+        ),
         # Cut into argv with shlex, run without a shell (see shep.notify).
         "notify_command": TextSetting(
             "",
@@ -294,6 +298,9 @@ WORKFLOW_SETTINGS: tuple[str, ...] = (
     "test_command",
     "test_timeout",
 )
+
+#: The feature flags: what `shep settings flags` lists and toggles.
+FEATURE_FLAGS: tuple[str, ...] = ("collaboration",)
 
 #: The settings that are numbers of seconds.
 SECONDS_SETTINGS: Mapping[str, SecondsSetting] = MappingProxyType(

@@ -52,20 +52,36 @@ class EventStore:
             self.datastore.close()
             raise store_error(e, self.path) from e
 
-    def append(self, events: Sequence[Event]) -> list[int]:
+    def append(
+        self, events: Sequence[Event], *, tracking: tuple[str, int] | None = None
+    ) -> list[int]:
         """Append events in one transaction; return their global positions.
 
-        Raises ``ConcurrencyError`` when a stream already has one of the versions:
-        another writer got there first, and nothing of this batch was stored.
+        ``tracking`` (a reader's name and the log position it has handled) commits
+        in the same transaction, so a follower of the log (the supervisor) never
+        handles a position twice nor skips one; a position already tracked is a
+        ``ConcurrencyError``. Raises ``ConcurrencyError`` when a stream already has
+        one of the versions: another writer got there first, and nothing of this
+        batch was stored.
         """
-        if not events:
+        if not events and tracking is None:
             return []
+        kwargs = {}
+        if tracking is not None:
+            from eventsourcing.persistence import Tracking
+
+            kwargs["tracking"] = Tracking(application_name=tracking[0], notification_id=tracking[1])
         try:
             # The library's EventStore.put would also build a Recording per event;
             # commands only need the positions, so map and insert directly.
             to_stored = self._mapper.to_stored_event
-            ids = self.recorder.insert_events([to_stored(e) for e in events])
+            ids = self.recorder.insert_events([to_stored(e) for e in events], **kwargs)
         except IntegrityError as e:
+            if not events:
+                raise ConcurrencyError(
+                    f"Position {tracking[1] if tracking else '?'} was already handled by "
+                    f"{tracking[0] if tracking else '?'}."
+                ) from e
             first = events[0]
             raise ConcurrencyError(
                 f"Stream {first.originator_id} changed while this command ran "
@@ -103,6 +119,26 @@ class EventStore:
         except PersistenceError as e:
             raise store_error(e, self.path) from e
         return last[0].originator_version if last else 0
+
+    def tracked_position(self, name: str) -> int:
+        """The log position reader ``name`` has handled up to (0: none yet)."""
+        try:
+            return self.recorder.max_tracking_id(name) or 0
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+
+    def positions_of(
+        self, topics: Sequence[type[Event]], *, after: int, limit: int = 500
+    ) -> list[tuple[int, Event]]:
+        """The events of ``topics`` after log position ``after``, oldest first, with positions."""
+        try:
+            notifications = self.recorder.select_notifications(
+                after, limit, topics=[topic_of(t) for t in topics], inclusive_of_start=False
+            )
+        except PersistenceError as e:
+            raise store_error(e, self.path) from e
+        to_event = self._mapper.to_domain_event
+        return [(n.id, cast(Event, to_event(n))) for n in notifications]
 
     def max_position(self) -> int:
         """The global position of the newest event, 0 when the store is empty."""

@@ -379,6 +379,22 @@ def diff_stat(repo: StrPath, base: str, head: str) -> DiffStat:
     return DiffStat(files=files, added=added, removed=removed, commits=int(count.stdout))
 
 
+def changed_paths(repo: StrPath, base: str, head: str) -> list[str]:
+    """The paths ``head`` changed since it left ``base`` (a rename: both of its paths)."""
+    done = _git(
+        repo,
+        "diff",
+        "--name-only",
+        "-z",
+        "--no-renames",
+        "--no-ext-diff",
+        f"{base}...{head}",
+        "--",
+        doing=f"diff {base}...{head}",
+    )
+    return [path for path in done.stdout.split("\0") if path]
+
+
 # --- branches and worktrees ----------------------------------------------------------
 
 

@@ -14,8 +14,15 @@ def host_name() -> str:
 def user_actor(as_: str | None = None) -> str:
     """``user:<login>`` of the person deciding (``--as NAME`` gives ``user:NAME``).
 
-    A value that already names its kind (``supervisor:...``, ``ci:...``) is kept.
+    A value that already names its kind (``ci:...``) is kept; shep's own deciders
+    (``supervisor:...``, ``system:...``) cannot be claimed by a person.
     """
+    if as_ and as_.split(":", 1)[0] in ("supervisor", "system"):
+        from events.errors import InvalidAnswerError
+
+        raise InvalidAnswerError(
+            f"--as {as_!r}: the supervisor and the system decide only through shep itself."
+        )
     if as_:
         return as_ if ":" in as_ else f"user:{as_}"
     try:

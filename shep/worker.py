@@ -35,21 +35,26 @@ def log_path(home: Path, run_id: UUID) -> Path:
 
 def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | None) -> int:
     """Start a detached worker for the run; return its pid at once."""
-    path = log_path(home, run_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # -P: never put the working directory (or a script's) first on sys.path.
-    argv = [sys.executable, "-P", "-m", "shep", "_worker", run_id.hex]
+    args = ["_worker", run_id.hex]
     if resume:
-        argv.append("--resume")
+        args.append("--resume")
     if timeout is not None:
-        argv += ["--timeout", str(timeout)]
-    with open(path, "ab", buffering=0) as log:
-        os.chmod(path, 0o600)
+        args += ["--timeout", str(timeout)]
+    return spawn_shep(home, args, log_path(home, run_id))
+
+
+def spawn_shep(home: Path, args: list[str], log: Path) -> int:
+    """Start ``shep ARGS`` detached (its own session, in ``home``, output to ``log``)."""
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # -P: never put the working directory (or a script's) first on sys.path.
+    argv = [sys.executable, "-P", "-m", "shep", *args]
+    with open(log, "ab", buffering=0) as out:
+        os.chmod(log, 0o600)
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
+            stdout=out,
+            stderr=out,
             start_new_session=True,
             close_fds=True,
             cwd=home,

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "feat": "shep.cli.feat:feat",
     "replay": "shep.cli.replay:replay",
     "fork": "shep.cli.fork:fork",
+    "supervisor": "shep.cli.supervisor:supervisor",
 }
 
 INTERNAL_ERROR_EXIT = 70
@@ -46,7 +47,8 @@ _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: Commands that must not touch the store before they run.
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
 #: `replay` writes nothing at all (the orphan check would append events).
-_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit", "replay"})
+#: `supervisor` decides items of any run: a run it resumes is started by it, not orphaned.
+_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit", "replay", "supervisor"})
 
 #: Driver errors that say the store itself failed (anything else is a bug of ours).
 _STORE_FAILURES = (

@@ -137,7 +137,7 @@ def answer(
     assert decision is not None
     answer_text = decision.answer  # type: ignore[union-attr]
     click.echo(f"Answered {item['item_id'][:8]}: {printable(answer_text)}")
-    _resume(runtime, item["run_id"], wait=wait)
+    resume_after_decision(runtime, item["run_id"], wait=wait)
 
 
 @click.command()
@@ -148,14 +148,50 @@ def answer(
 @click.pass_obj
 def approve(runtime: Runtime, item_ref: str, comment: str, as_: str | None, wait: bool) -> None:
     """Approve gate ITEM (or the one pending gate of RUN); the run goes on."""
-    from commands.approve_item import approve_item
     from projections.inbox_queries import resolve_item
     from shep.identity import user_actor
 
     item = resolve_item(_db(runtime), item_ref, kind="approval")
-    approve_item(runtime.store(), UUID(item["item_id"]), actor=user_actor(as_), comment=comment)
-    click.echo(f"Approved {item['item_id'][:8]} ({item['node']} of run {item['run_id'][:8]}).")
-    _resume(runtime, item["run_id"], wait=wait)
+    user_approves(runtime, item, actor=user_actor(as_), comment=comment, wait=wait)
+
+
+def user_approves(
+    runtime: Runtime, item: dict[str, Any], *, actor: str, comment: str, wait: bool
+) -> None:
+    """Approve ``item`` as ``actor``, say so, and resume its run once the gate is decided."""
+    line, decided = record_approval(runtime, item, actor=actor, comment=comment)
+    click.echo(line)
+    if decided:
+        resume_after_decision(runtime, item["run_id"], wait=wait)
+
+
+def record_approval(
+    runtime: Runtime, item: dict[str, Any], *, actor: str, comment: str
+) -> tuple[str, bool]:
+    """Record a user's approval of ``item``: the line to show, and whether the gate is decided.
+
+    Under a cosign policy whose supervisor has not signed yet, the approval is a
+    vote: the gate stays open and the supervisor is started to sign (or not).
+    """
+    from commands.approve_item import approve_item
+    from shep.supervisor.start import cosign_label, log_path
+    from shep.worker import spawn_shep
+
+    store = runtime.store()
+    item_id = UUID(item["item_id"])
+    short, where = item["item_id"][:8], f"{item['node']} of run {item['run_id'][:8]}"
+    cosign = cosign_label(store, item_id)
+    state = approve_item(store, item_id, actor=actor, comment=comment, cosign=cosign)
+    if state.decision is None:
+        spawn_shep(runtime.home, ["supervisor", "run", "--background"], log_path(runtime.home))
+        return (
+            f"Approved {short} ({where}) as one of two signatures: under policy {cosign} the "
+            "supervisor signs too; the gate opens once it approves.",
+            False,
+        )
+    cosigned = getattr(state.decision, "cosigned_by", None)
+    end = f", co-signed by {cosigned}." if cosigned else "."
+    return f"Approved {short} ({where}){end}", True
 
 
 @click.command()
@@ -189,7 +225,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
             "times; consider `shep cancel` or a clearer reason.",
             err=True,
         )
-    _resume(runtime, item["run_id"], wait=wait)
+    resume_after_decision(runtime, item["run_id"], wait=wait)
 
 
 def _db(runtime: Runtime) -> Any:
@@ -200,7 +236,7 @@ def _db(runtime: Runtime) -> Any:
     return runtime.read_db()
 
 
-def _resume(runtime: Runtime, run_hex: str, *, wait: bool) -> None:
+def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None:
     """Resume the run now that it has a decision, unless a worker already runs it."""
     from commands.run_state import load_run
     from events.errors import InvalidTransitionError

@@ -82,13 +82,14 @@ class _Decision:
     """A decision the user made but has not confirmed: what to ask, and how to record it."""
 
     confirm: str
-    record: Callable[[], str]
+    #: Records it; returns the line to show, and whether the run can go on now.
+    record: Callable[[], tuple[str, bool]]
 
 
 def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
     """Ask for the item's decision; once confirmed, record it and resume its run."""
     from events.errors import ShepError
-    from shep.cli.inbox import _resume
+    from shep.cli.inbox import resume_after_decision
 
     if item["kind"] == "question":
         decision = _ask_answer(runtime, terminal, item)
@@ -100,13 +101,16 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
         click.echo("Nothing recorded.")
         return
     try:
-        click.echo(decision.record())
+        line, decided = decision.record()
+        click.echo(line)
     except ShepError as e:
         # Lost the race (AlreadyDecidedError), or the run ended meanwhile: say so, go on.
         click.echo(f"shep: {e}", err=True)
         return
+    if not decided:
+        return
     try:
-        _resume(runtime, item["run_id"], wait=False)
+        resume_after_decision(runtime, item["run_id"], wait=False)
     except ShepError as e:
         # The decision is in the log: the next shep command starts the worker that missed.
         click.echo(f"shep: {e}", err=True)
@@ -139,18 +143,17 @@ def _ask_answer(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision |
         text, option_id = None, choice
         shown = next(printable(o["label"]) for o in options if o["id"] == choice)
 
-    def record() -> str:
+    def record() -> tuple[str, bool]:
         state = answer_question(
             runtime.store(), item_id, actor=user_actor(), text=text, option_id=option_id
         )
         recorded = getattr(state.decision, "answer", shown)
-        return f"Answered {short}: {printable(recorded)} ({where})."
+        return f"Answered {short}: {printable(recorded)} ({where}).", True
 
     return _Decision(f"Answer {short} ({where}) with {shown!r}? [Y/n] ", record)
 
 
 def _ask_approval(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision | None:
-    from commands.approve_item import approve_item
     from commands.reject_item import reject_item
     from shep.identity import user_actor
 
@@ -172,19 +175,20 @@ def _ask_approval(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision
     if choice == "approve":
         comment = terminal.ask_text("Comment for the record (optional): ")
 
-        def approve() -> str:
-            approve_item(runtime.store(), item_id, actor=user_actor(), comment=comment)
-            return f"Approved {short} ({item['node']} of run {run_short})."
+        def approve() -> tuple[str, bool]:
+            from shep.cli.inbox import record_approval
+
+            return record_approval(runtime, item, actor=user_actor(), comment=comment)
 
         return _Decision(f"Approve {item['node']} of run {run_short}? [Y/n] ", approve)
     reason = terminal.ask_text(
         "Reason (the agent gets it): ", required="A rejection needs a reason: the agent gets it."
     )
 
-    def reject() -> str:
+    def reject() -> tuple[str, bool]:
         reject_item(runtime.store(), item_id, actor=user_actor(), reason=reason)
         _warn_rejections(runtime, item["run_id"], phase)
-        return f"Rejected {short}: {phase} of run {run_short} runs again with your reason."
+        return f"Rejected {short}: {phase} of run {run_short} runs again with your reason.", True
 
     return _Decision(
         f"Reject {item['node']} of run {run_short} ({phase} runs again)? [Y/n] ", reject

@@ -488,6 +488,9 @@ def _report(
         # Settings as they are now: a run can wait for hours after it started.
         store = runtime.store()
         notify_new_items(store, runtime.home, runner.asked, load_settings(store))
+        from shep.supervisor.start import start_if_covered
+
+        start_if_covered(store, runtime.home, runner.asked)
         # A decision that landed while this worker was suspending the run found it
         # still running and left it to us: start the worker that takes it.
         catch_up(runtime.read_db())

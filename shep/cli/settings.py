@@ -308,6 +308,62 @@ def _warn_skipped(current: Settings, keys: Iterable[str]) -> None:
         )
 
 
+@settings.group("flags", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the flags as JSON.")
+@click.pass_context
+def flags(ctx: click.Context, as_json: bool) -> None:
+    """List the feature flags (off by default); `enable NAME` or `disable NAME` toggles one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from events.setting_values import FEATURE_FLAGS
+    from shep.settings import load_settings
+
+    runtime: Runtime = ctx.obj
+    current = load_settings(runtime.store()) if runtime.has_store() else None
+    rows = [
+        {
+            "name": name,
+            "enabled": current.flags[name] if current else SETTINGS[name].default,
+            "help": SETTINGS[name].help,
+        }
+        for name in FEATURE_FLAGS
+    ]
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(rows).decode(), indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['name']:<16} {'on ' if row['enabled'] else 'off'}  {row['help']}")
+
+
+def _toggle_flag(runtime: Runtime, name: str, on: bool) -> None:
+    from commands.configure_agent import change_setting
+    from events.setting_values import FEATURE_FLAGS
+    from shep.identity import current_actor
+
+    if name not in FEATURE_FLAGS:
+        raise SettingsError(f"Unknown feature flag {name!r}. Known: {', '.join(FEATURE_FLAGS)}.")
+    change_setting(
+        runtime.store(), key=name, value="on" if on else "off", changed_by=current_actor()
+    )
+    click.echo(f"{name} = {'on' if on else 'off'}")
+
+
+@flags.command("enable")
+@click.argument("name")
+@click.pass_obj
+def enable_flag(runtime: Runtime, name: str) -> None:
+    """Turn feature flag NAME on."""
+    _toggle_flag(runtime, name, True)
+
+
+@flags.command("disable")
+@click.argument("name")
+@click.pass_obj
+def disable_flag(runtime: Runtime, name: str) -> None:
+    """Turn feature flag NAME off."""
+    _toggle_flag(runtime, name, False)
+
+
 #: The gates --allow-all and --no-allow-all set, unless their own option is given too.
 ALLOW_ALL = ("allow_prd", "allow_plan", "allow_merge")
 

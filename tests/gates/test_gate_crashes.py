@@ -8,7 +8,7 @@ How each window is hit, deterministically, with no hook in shep's code:
   saved by the real checkpointer; the process dies exactly where
   ``suspend_run`` would record the item and ``RunSuspended``.
 - between the decision and the resume, no worker started: a real
-  ``shep answer`` whose process replaces ``shep.cli.inbox._resume`` with a
+  ``shep answer`` whose process replaces ``shep.cli.inbox.resume_after_decision`` with a
   SIGKILL of itself: the decision is in the log, the worker never spawned.
 - between the decision and the resume, worker killed before reading it: a
   real ``shep reject`` starts the worker; the test SIGKILLs it the moment the
@@ -174,7 +174,7 @@ def test_decider_killed_before_starting_the_worker(
     run_id = _start(repo)
     [question] = wait_for_waiting(shep_home, run_id, 1)
     killed = _shep_killed_at(
-        "shep.cli.inbox._resume", "answer", question.originator_id.hex, "--option", "large"
+        "shep.cli.inbox.resume_after_decision", "answer", question.originator_id.hex, "--option", "large"
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     events = read_events(shep_home)

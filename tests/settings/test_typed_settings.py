@@ -183,6 +183,7 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "agent_timeout: 1800\n"
         "orphan_after: 120\n"
         "inbox_notice: off\n"
+        "collaboration: off\n"
         f"notify_command: {command}\n"
         "notify_timeout: 30\n"
         "feature_fast: off\n"
@@ -202,6 +203,7 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "agent_timeout": 1800.0,
         "orphan_after": 120.0,
         "inbox_notice": False,
+        "collaboration": False,
         "notify_command": command,
         "notify_timeout": 30.0,
         "feature_fast": False,

@@ -1,0 +1,80 @@
+"""Start the supervisor in the background when a new inbox item is one a policy covers.
+
+Cheap and import-light: called by every worker that suspends a run. With the
+``collaboration`` flag off, or no enabled policy covering the items, nothing
+starts and nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from uuid import UUID
+
+from commands.inbox_state import load_item
+from commands.policies import load_policies, policy_for
+from events.runs import RunCreated
+from events.store import EventStore
+
+
+def log_path(home: Path) -> Path:
+    return home / "logs" / "supervisor.log"
+
+
+def covered(store: EventStore, item_ids: list[UUID]) -> bool:
+    """Whether an enabled policy covers one of the items."""
+    policies = load_policies(store)
+    if not any(p.enabled for p in policies.values()):
+        return False
+    for item_id in item_ids:
+        item = load_item(store, item_id)
+        if item is None or item.decision is not None:
+            continue
+        created = store.load(item.asked.run_id, types=[RunCreated])
+        if not created or not isinstance(created[0], RunCreated):
+            continue
+        repo = created[0].inputs.get("source_repo") or created[0].repo
+        if policy_for(policies, item.asked.run_id, repo) is not None:
+            return True
+    return False
+
+
+def covering_policy(store: EventStore, item_id: UUID):  # type: ignore[no-untyped-def]
+    """The enabled policy covering an undecided item while the flag is on, else None."""
+    from commands.policies import Policy
+    from shep.settings import load_settings
+
+    item = load_item(store, item_id)
+    if item is None or item.decision is not None:
+        return None
+    if not load_settings(store).flags["collaboration"]:
+        return None
+    created = store.load(item.asked.run_id, types=[RunCreated])
+    if not created or not isinstance(created[0], RunCreated):
+        return None
+    repo = created[0].inputs.get("source_repo") or created[0].repo
+    policy: Policy | None = policy_for(load_policies(store), item.asked.run_id, repo)
+    return policy
+
+
+def cosign_label(store: EventStore, item_id: UUID) -> str | None:
+    """The label of the cosign policy a gate needs the supervisor's signature under, if any."""
+    from commands.policies import item_kind
+
+    policy = covering_policy(store, item_id)
+    item = load_item(store, item_id)
+    if policy is None or item is None:
+        return None
+    return policy.label if policy.autonomy_for(item_kind(item.asked)) == "cosign" else None
+
+
+def start_if_covered(store: EventStore, home: Path, item_ids: list[UUID]) -> int | None:
+    """Start ``shep supervisor run`` detached if the flag is on and a policy covers an item;
+    its pid, or None."""
+    from shep.settings import load_settings
+    from shep.worker import spawn_shep
+
+    if not item_ids or not load_settings(store).flags["collaboration"]:
+        return None
+    if not covered(store, item_ids):
+        return None
+    return spawn_shep(home, ["supervisor", "run", "--background"], log_path(home))
