@@ -1,7 +1,16 @@
 """The decisions projection: every answer, approval, rejection and supervisor decision.
 
 It is the audit trail's table: who decided, under which policy and prompt
-version, why, when, and the chain hash of the event that records it.
+version, why, when, and the chain hash of the event that records it. The
+supervisor's decisions (actor ``supervisor:<policy version>``) sit beside the
+users', with the model, confidence and input hash they were made with; so do
+the supervisor's refused decisions (a user decided first: ``decided_by``) and
+users' cosign votes. ``acted`` says whether the row decided the item.
+
+``kind``: ``question`` and ``approval`` (an item's decision), ``vote`` (a
+user's approval waiting for the supervisor's co-signature), ``supervisor`` (a
+supervisor decision) and ``refused`` (a supervisor decision that was not
+recorded as the item's: ``decision`` is what it had decided).
 """
 
 from __future__ import annotations
@@ -13,10 +22,11 @@ from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
+    ApprovalVoted,
     QuestionAnswered,
     QuestionAsked,
 )
-from events.supervisor import SupervisorDecisionMade
+from events.supervisor import SupervisorDecisionMade, SupervisorDecisionRefused
 from projections.base import Batch, Projection
 
 DDL = (
@@ -27,11 +37,12 @@ DDL = (
     "position INTEGER PRIMARY KEY, subject_id TEXT, run_id TEXT, node TEXT, kind TEXT NOT NULL, "
     "decision TEXT NOT NULL, actor TEXT NOT NULL, policy TEXT, policy_version TEXT, "
     "prompt_version TEXT, rationale TEXT NOT NULL DEFAULT '', timestamp TEXT NOT NULL, "
-    "chain_hash TEXT NOT NULL)",
+    "chain_hash TEXT NOT NULL, acted INTEGER NOT NULL, input_hash TEXT, model TEXT, "
+    "confidence REAL, overrides TEXT, cosigned_by TEXT, decided_by TEXT)",
     "CREATE INDEX IF NOT EXISTS decisions_run ON decisions (run_id, position)",
 )
 
-_INSERT = "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT = "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
 def _subject(b: Batch, event: Event) -> None:
@@ -51,15 +62,21 @@ def _subject_of(c: apsw.Cursor, subject: str) -> tuple[str | None, str | None, s
 
 
 def _answered(b: Batch, event: Event) -> None:
-    assert isinstance(event, QuestionAnswered | ApprovalGranted | ApprovalRejected)
+    assert isinstance(event, QuestionAnswered | ApprovalGranted | ApprovalRejected | ApprovalVoted)
     subject = b.stream
     run_id, node, prompt_version = _subject_of(b.cursor, subject)
+    acted, overrides, cosigned_by = 1, None, None
     if isinstance(event, QuestionAnswered):
         kind, decision, rationale, policy = "question", event.answer, "", None
+        overrides = event.overrides
+    elif isinstance(event, ApprovalVoted):
+        kind, decision, rationale, policy = "vote", "approve", event.rationale, event.policy
+        acted = 0
     else:
         kind = "approval"
         decision = "granted" if isinstance(event, ApprovalGranted) else "rejected"
-        rationale, policy = event.rationale, event.policy
+        rationale, policy, overrides = event.rationale, event.policy, event.overrides
+        cosigned_by = event.cosigned_by if isinstance(event, ApprovalGranted) else None
     b.cursor.execute(
         _INSERT,
         (
@@ -76,14 +93,34 @@ def _answered(b: Batch, event: Event) -> None:
             rationale,
             b.at,
             b.chain.hex(),
+            acted,
+            None,
+            None,
+            None,
+            overrides,
+            cosigned_by,
+            None,
         ),
     )
 
 
 def _supervisor(b: Batch, event: Event) -> None:
-    assert isinstance(event, SupervisorDecisionMade)
+    assert isinstance(event, SupervisorDecisionMade | SupervisorDecisionRefused)
     subject = event.subject_id.hex if event.subject_id else None
     node = _subject_of(b.cursor, subject)[1] if subject else None
+    actor = f"supervisor:{event.policy_version}"
+    if isinstance(event, SupervisorDecisionMade):
+        kind, policy, prompt_version, rationale = (
+            "supervisor",
+            event.policy,
+            event.prompt_version,
+            event.rationale,
+        )
+        evidence = (int(event.acted), event.input_hash or None, event.model, event.confidence)
+        decided_by = None
+    else:
+        kind, policy, prompt_version, rationale = "refused", None, None, event.reason
+        evidence, decided_by = (0, None, None, None), event.decided_by
     b.cursor.execute(
         _INSERT,
         (
@@ -91,15 +128,19 @@ def _supervisor(b: Batch, event: Event) -> None:
             subject,
             event.run_id.hex,
             node,
-            "supervisor",
+            kind,
             event.decision,
-            f"supervisor:{event.evaluator_agent}",
-            event.policy,
+            actor,
+            policy,
             event.policy_version,
-            event.prompt_version,
-            event.rationale,
+            prompt_version,
+            rationale,
             b.at,
             b.chain.hex(),
+            *evidence,
+            None,
+            None,
+            decided_by,
         ),
     )
 
@@ -114,6 +155,8 @@ DECISIONS = Projection(
         QuestionAnswered: _answered,
         ApprovalGranted: _answered,
         ApprovalRejected: _answered,
+        ApprovalVoted: _answered,
         SupervisorDecisionMade: _supervisor,
+        SupervisorDecisionRefused: _supervisor,
     },
 )

@@ -1,5 +1,9 @@
 """The inbox projection: questions and approval gates, pending or decided, across runs.
 
+``supervisor`` is the supervisor's newest decision on the item (its verdict,
+rationale, advice, policy), shown where the user decides; ``votes`` the users
+whose approval waits for the supervisor's co-signature (cosign policies).
+
 ``awaited`` marks the items the run is suspended on (its latest
 ``RunSuspended``) until a worker resumes it: an awaited item that has a
 decision means the run should be resumed (a decider that died before starting
@@ -15,10 +19,12 @@ from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
+    ApprovalVoted,
     QuestionAnswered,
     QuestionAsked,
 )
 from events.runs import RunCancelled, RunFailed, RunResumed, RunSuspended
+from events.supervisor import SupervisorDecisionMade
 from projections.base import Batch, Projection
 
 DDL = (
@@ -28,7 +34,8 @@ DDL = (
     "options TEXT NOT NULL DEFAULT '[]', free_text INTEGER NOT NULL DEFAULT 1, phase TEXT, "
     "artifacts TEXT NOT NULL DEFAULT '[]', deadline TEXT, interrupt_id TEXT, "
     "status TEXT NOT NULL, answer TEXT, option_id TEXT, actor TEXT, rationale TEXT, policy TEXT, "
-    "asked_at TEXT NOT NULL, answered_at TEXT, awaited INTEGER NOT NULL DEFAULT 0)",
+    "asked_at TEXT NOT NULL, answered_at TEXT, awaited INTEGER NOT NULL DEFAULT 0, "
+    "supervisor TEXT, votes TEXT NOT NULL DEFAULT '[]')",
     "CREATE INDEX IF NOT EXISTS inbox_status ON inbox (status, asked_at)",
     "CREATE INDEX IF NOT EXISTS inbox_run ON inbox (run_id, asked_at)",
     # Decided items a run is still suspended on: empty but for a moment, checked by every
@@ -107,6 +114,33 @@ def _decided(b: Batch, event: Event) -> None:
     )
 
 
+def _supervised(b: Batch, event: Event) -> None:
+    assert isinstance(event, SupervisorDecisionMade)
+    if event.subject_id is None:
+        return
+    note = {
+        "verdict": event.decision,
+        "rationale": event.rationale,
+        "advice": event.advice,
+        "answer": event.answer,
+        "policy": event.policy_version,
+        "cosign_pending": event.cosign_pending,
+        "acted": event.acted,
+        "at": b.at,
+    }
+    b.cursor.execute(
+        "UPDATE inbox SET supervisor=? WHERE item_id=?", (json.dumps(note), event.subject_id.hex)
+    )
+
+
+def _voted(b: Batch, event: Event) -> None:
+    assert isinstance(event, ApprovalVoted)
+    b.cursor.execute(
+        "UPDATE inbox SET votes=json_insert(votes, '$[#]', ?) WHERE item_id=?",
+        (event.actor, b.stream),
+    )
+
+
 def _suspended(b: Batch, event: Event) -> None:
     assert isinstance(event, RunSuspended)
     b.cursor.execute("UPDATE inbox SET awaited=0 WHERE run_id=? AND awaited=1", (b.stream,))
@@ -137,6 +171,8 @@ INBOX = Projection(
         QuestionAnswered: _answered,
         ApprovalGranted: _decided,
         ApprovalRejected: _decided,
+        ApprovalVoted: _voted,
+        SupervisorDecisionMade: _supervised,
         RunSuspended: _suspended,
         RunResumed: _resumed,
         RunCancelled: _ended,

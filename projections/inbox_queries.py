@@ -22,7 +22,8 @@ _WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
 _ITEM_COLUMNS = (
     "i.item_id, i.kind, i.run_id, r.workflow, r.repo, i.node, i.iteration, i.prompt, "
     "i.context, i.options, i.free_text, i.phase, i.artifacts, i.deadline, i.status, "
-    "i.answer, i.option_id, i.actor, i.rationale, i.asked_at, i.answered_at"
+    "i.answer, i.option_id, i.actor, i.rationale, i.asked_at, i.answered_at, i.supervisor, "
+    "i.votes"
 )
 
 
@@ -32,6 +33,8 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
         row["options"] = _decode(row["options"])
         row["artifacts"] = _decode(row["artifacts"])
         row["free_text"] = bool(row["free_text"])
+        row["supervisor"] = msgspec.json.decode(row["supervisor"]) if row["supervisor"] else None
+        row["votes"] = msgspec.json.decode(row["votes"])
     return rows
 
 

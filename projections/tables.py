@@ -32,5 +32,5 @@ PROJECTION_INDEXES = (
 )
 #: Bumped whenever a projection's tables change shape: a store whose projections are of
 #: another version has them dropped and rebuilt from the log on its next open.
-PROJECTION_SCHEMA = 6
+PROJECTION_SCHEMA = 7
 SCHEMA_TABLE = "projection_schema"

@@ -13,8 +13,11 @@ ensure_ascii=False)`` writes) and a newline.
    decisions who decided (``actor``), what (``verdict``, ``answer``,
    ``reason``), on which item and run, under which ``policy`` and
    ``prompt_version``, and ``seen_hash``: the sha256 of what the decider was
-   shown. Each event line verifies alone: its chain hash is recomputed from
-   ``prev_hash`` and its own fields.
+   shown. The supervisor's decisions (and those it could not record: a user
+   decided first) and users' cosign votes are decisions too, side by side
+   with the users' in log order; a supervisor decision's ``seen_hash`` is its
+   ``input_hash``. Each event line verifies alone: its chain hash is
+   recomputed from ``prev_hash`` and its own fields.
 3. ``export-end``: the count, the range of positions, the head again, the
    sha256 of the first line and of all lines before this one, so a cut, a
    reordered or an edited file is detected even where no hash links two lines.
@@ -55,18 +58,24 @@ from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
     ApprovalRequested,
+    ApprovalVoted,
     QuestionAnswered,
     QuestionAsked,
     notification_stream_id,
 )
 from events.schema import store_error
-from events.supervisor import supervisor_stream_id
+from events.supervisor import (
+    SupervisorDecisionMade,
+    SupervisorDecisionRefused,
+    supervisor_stream_id,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = [
     "CSV_COLUMNS",
+    "DETAIL_FIELDS",
     "FORMAT",
     "KINDS",
     "Asked",
@@ -83,23 +92,39 @@ __all__ = [
 
 FORMAT = "shep-audit-export/1"
 KINDS = ("all", "decisions", "approvals")
+#: Fields of a decision's event that ``write_csv`` gives columns of their own (the JSONL
+#: line has them in ``event``): the supervisor's evidence, whether the decision decided the
+#: item, the decision a user's replaced, a cosigned approval's other approver, and who had
+#: decided an item the supervisor could not decide.
+DETAIL_FIELDS = (
+    "model", "confidence", "rules", "acted", "advice", "overrides", "cosigned_by", "decided_by",
+)  # fmt: skip
 #: The columns of ``write_csv``, in order.
 CSV_COLUMNS = (
     "position", "at", "stream", "version", "topic", "run", "item", "node", "actor", "verdict",
-    "answer", "reason", "policy", "prompt_version", "seen_hash", "chain_hash",
+    "answer", "reason", "policy", "prompt_version", "seen_hash", "chain_hash", *DETAIL_FIELDS,
 )  # fmt: skip
 
 _QUESTION_ASKED = topic_of(QuestionAsked)
 _APPROVAL_REQUESTED = topic_of(ApprovalRequested)
 _ASKED = (_QUESTION_ASKED, _APPROVAL_REQUESTED)
-_VERDICTS = {
+_SUPERVISOR_MADE = topic_of(SupervisorDecisionMade)
+_SUPERVISOR_REFUSED = topic_of(SupervisorDecisionRefused)
+#: Decisions on the supervisor's stream of a run: their item is their ``subject_id``.
+_SUPERVISED = (_SUPERVISOR_MADE, _SUPERVISOR_REFUSED)
+#: Every decision's topic and its verdict (None: the event's own ``decision``).
+_VERDICTS: dict[str, str | None] = {
     topic_of(QuestionAnswered): "answered",
     topic_of(ApprovalGranted): "approved",
     topic_of(ApprovalRejected): "rejected",
+    topic_of(ApprovalVoted): "vote",
+    _SUPERVISOR_MADE: None,
+    _SUPERVISOR_REFUSED: "refused",
 }
 _DECIDED = tuple(_VERDICTS)
 _AUDITED = frozenset((*_ASKED, *_DECIDED))
-_APPROVALS = (_APPROVAL_REQUESTED, topic_of(ApprovalGranted), topic_of(ApprovalRejected))
+#: Decisions on a gate's own stream.
+_GATE_DECIDED = (topic_of(ApprovalGranted), topic_of(ApprovalRejected), topic_of(ApprovalVoted))
 #: What the inbox shows a decider of each kind of item: ``seen_hash`` covers these fields.
 _SEEN_FIELDS = {
     _QUESTION_ASKED: ("question", "choices", "options", "context", "free_text", "deadline"),
@@ -233,9 +258,18 @@ def _asked(topic: str, event: Any) -> Asked:
     )
 
 
+def _item_of(topic: str, stream: str, event: Any) -> str | None:
+    """The question or gate an event is about: its stream, or a supervisor decision's subject."""
+    if topic in _SUPERVISED:
+        return _hex_id(event.get("subject_id")) if isinstance(event, dict) else None
+    return stream
+
+
 def _about(topic: str, stream: str, event: Any, asked: Asked | None) -> dict[str, Any]:
     """The audit fields of a question, a gate, or a decision (``asked``: its item's)."""
     fields = event if isinstance(event, dict) else {}
+    if topic in _SUPERVISED:
+        return _about_supervisor(topic, fields, asked)
     about: dict[str, Any] = {"item": stream}
     if topic in _ASKED:
         asked = _asked(topic, event)
@@ -263,6 +297,43 @@ def _about(topic: str, stream: str, event: Any, asked: Asked | None) -> dict[str
     return about
 
 
+def _about_supervisor(topic: str, fields: dict[str, Any], asked: Asked | None) -> dict[str, Any]:
+    """A supervisor decision's audit fields, from the event alone but for its item's node.
+
+    Its actor and policy are its policy version (``supervisor:global@3``); its
+    ``seen_hash`` is the sha256 of exactly what it decided on (``input_hash``),
+    not of what the inbox shows a person. A refused decision (a user decided
+    first) has the verdict ``refused``; who decided is in the event.
+    """
+    version = fields.get("policy_version")
+    about: dict[str, Any] = {
+        "actor": f"supervisor:{version}" if isinstance(version, str) else "supervisor"
+    }
+    item = _hex_id(fields.get("subject_id"))
+    if item is not None:
+        about["item"] = item
+    if topic == _SUPERVISOR_REFUSED:
+        about["verdict"] = "refused"
+        about["reason"] = fields.get("reason", "")
+    else:
+        about["verdict"] = fields.get("decision")
+        about["reason"] = fields.get("rationale", "")
+        if fields.get("answer") is not None:
+            about["answer"] = fields["answer"]
+        if isinstance(fields.get("input_hash"), str) and fields["input_hash"]:
+            about["seen_hash"] = fields["input_hash"]
+        if fields.get("prompt_version") is not None:
+            about["prompt_version"] = fields["prompt_version"]
+    run = _hex_id(fields.get("run_id"))
+    if run is not None:
+        about["run"] = run
+    if asked is not None and asked[1] is not None:
+        about["node"] = asked[1]
+    if version is not None:
+        about["policy"] = version
+    return about
+
+
 # --- reading the store ---------------------------------------------------------------------
 
 _ORDER = " ORDER BY e.notification_id"
@@ -278,12 +349,17 @@ _SELECT = (
 )
 
 
-#: A decision, or a question or gate that has one (topics bound as JSON arrays).
+#: A decision, or a question or gate that has one: on its own stream, or a supervisor's
+#: decision about it (topics bound as JSON arrays: decisions, asks, the asks' own
+#: decisions, the supervisor's decisions). The supervisor's subjects are read once.
 _OF_KIND = (
     "(e.topic IN (SELECT value FROM json_each(?)) OR (e.topic IN (SELECT value FROM json_each(?)) "
-    "AND EXISTS (SELECT 1 FROM stored_events d WHERE d.originator_id = e.originator_id "
+    "AND (EXISTS (SELECT 1 FROM stored_events d WHERE d.originator_id = e.originator_id "
     "AND d.originator_version > e.originator_version "
-    "AND d.topic IN (SELECT value FROM json_each(?)))))"
+    "AND d.topic IN (SELECT value FROM json_each(?))) "
+    "OR e.originator_id IN (SELECT replace(json_extract(CAST(s.state AS TEXT), '$.subject_id'), "
+    "'-', '') FROM stored_events s WHERE s.topic IN (SELECT value FROM json_each(?)) "
+    "AND json_valid(CAST(s.state AS TEXT))))))"
 )
 
 
@@ -347,6 +423,7 @@ class _Selection:
         codec = self.json
         decode = codec.decode
         since = self.flt.since
+        gates_only = self.flt.kind == "approvals"
         last, last_hash = 0, GENESIS_HASH
         for position, stream, version, topic, state, stored, linked in self._rows():
             before = linked
@@ -380,7 +457,14 @@ class _Selection:
             }
             if topic in _AUDITED:
                 floats = codec.floats
-                record.update(_about(topic, stream, event, self._asked_of(stream, topic)))
+                ask = self._ask_of(_item_of(topic, stream, event), topic)
+                if (
+                    topic in _SUPERVISED
+                    and gates_only
+                    and (ask is None or ask[0] != _APPROVAL_REQUESTED)
+                ):
+                    continue  # --kind approvals: the supervisor's decisions on gates only
+                record.update(_about(topic, stream, event, ask[1] if ask else None))
                 codec.floats = floats
             yield record, codec.floats
 
@@ -392,10 +476,13 @@ class _Selection:
             where.append("e.originator_id IN (SELECT value FROM json_each(?))")
             params.append(json.dumps(self._run_streams(self.run)))
         if self.flt.kind != "all":
-            decided = _DECIDED if self.flt.kind == "decisions" else _APPROVALS[1:]
-            asked = _ASKED if self.flt.kind == "decisions" else _APPROVALS[:1]
+            # --kind approvals: the supervisor's decisions on questions are left out as read.
+            gates = self.flt.kind == "approvals"
+            decided = (*_GATE_DECIDED, *_SUPERVISED) if gates else _DECIDED
+            asked = (_APPROVAL_REQUESTED,) if gates else _ASKED
+            own = _GATE_DECIDED if gates else tuple(t for t in _DECIDED if t not in _SUPERVISED)
             where.append(_OF_KIND)
-            params += [json.dumps(decided), json.dumps(asked), json.dumps(decided)]
+            params += [json.dumps(t) for t in (decided, asked, own, _SUPERVISED)]
         if not where:
             # Every row: each one's predecessor is the row read before it.
             return self.conn.execute(_SELECT_ALL)
@@ -412,8 +499,9 @@ class _Selection:
             )
         return bytes(row[0])
 
-    def _asked_of(self, item: str, topic: str) -> Asked | None:
-        if topic in _ASKED:
+    def _ask_of(self, item: str | None, topic: str) -> tuple[str, Asked | None] | None:
+        """A decision's item: the topic of its question or gate, and what was asked there."""
+        if topic in _ASKED or item is None:
             return None
         row = self.conn.execute(
             "SELECT topic, state FROM stored_events WHERE originator_id = ? "
@@ -423,9 +511,9 @@ class _Selection:
         if row is None or row[0] not in _ASKED:
             return None
         try:
-            return _asked(row[0], self.json.decode(row[1]))
+            return row[0], _asked(row[0], self.json.decode(row[1]))
         except (ValueError, TypeError):
-            return None
+            return row[0], None
 
 
 class _RunOf(msgspec.Struct):
@@ -556,6 +644,8 @@ def write_csv(db_path: str | Path, flt: ExportFilter, out: TextIO) -> int:
 
     A cell that a spreadsheet would run as a formula (it begins with ``=``,
     ``+``, ``-``, ``@``, a tab or a carriage return) gets a ``'`` in front.
+    A decision's ``DETAIL_FIELDS`` come from its event: true or false,
+    numbers as JSON writes them, ``rules`` as canonical JSON.
     ``out`` should be opened with ``newline=""``.
     """
     writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
@@ -566,9 +656,18 @@ def write_csv(db_path: str | Path, flt: ExportFilter, out: TextIO) -> int:
         row = dict(record)
         row.setdefault("run", _hex_id(event.get("run_id")))
         row.setdefault("node", event.get("node"))
+        if record["topic"] in _VERDICTS:
+            row.update({key: _detail(event.get(key)) for key in DETAIL_FIELDS})
         writer.writerow([_cell(row.get(column)) for column in CSV_COLUMNS])
         count += 1
     return count
+
+
+def _detail(value: Any) -> Any:
+    """A value of a decision's event as its CSV cell says it (JSON's words and forms)."""
+    if value is None or isinstance(value, str):
+        return value
+    return canonical(value).decode()
 
 
 def _cell(value: Any) -> str:

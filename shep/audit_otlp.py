@@ -15,8 +15,9 @@ the lines of its own signal.
 - Each node execution (every iteration and attempt) is a child span, from its
   ``NodeStarted`` to its ``NodeCompleted`` or ``NodeFailed``. Agent nodes follow
   the GenAI agent conventions (``invoke_agent`` spans) of ``SEMCONV_VERSION``.
-- Decisions (answered, approved, rejected) are log records whose trace and span
-  ids are those of the run and of the node span that asked.
+- Decisions (answered, approved, rejected; the supervisor's, made or refused;
+  users' cosign votes) are log records whose trace and span ids are those of
+  the run and of the node span that asked.
 
 Span ids are derived from the run id and the node's name, iteration and
 attempt, so the same history always exports the same ids, and a decisions-only
@@ -67,11 +68,27 @@ _SPAN_KIND_INTERNAL = 1
 _STATUS_ERROR = 2
 _SEVERITY_INFO = 9
 _LOG_BATCH = 256
+#: How many decided items' asks are kept for the decisions that may follow theirs.
+_DECIDED_KEPT = 4096
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 _FINAL = {"RunCompleted": "completed", "RunFailed": "failed", "RunCancelled": "cancelled"}
-_DECISIONS = {"QuestionAnswered", "ApprovalGranted", "ApprovalRejected"}
+#: Decisions that decide their item (its ask is then forgotten), and the others.
+_ITEM_DECISIONS = {"QuestionAnswered", "ApprovalGranted", "ApprovalRejected"}
+_DECISIONS = _ITEM_DECISIONS | {
+    "ApprovalVoted",
+    "SupervisorDecisionMade",
+    "SupervisorDecisionRefused",
+}
+#: The verdict of a record that carries none (``iter_export`` gives every decision one).
+_VERDICTS = {
+    "QuestionAnswered": "answered",
+    "ApprovalGranted": "approved",
+    "ApprovalRejected": "rejected",
+    "ApprovalVoted": "vote",
+    "SupervisorDecisionRefused": "refused",
+}
 _ASKS = {"QuestionAsked", "ApprovalRequested"}
 _encode = msgspec.json.Encoder().encode
 
@@ -200,6 +217,9 @@ class _OtlpWriter:
         self.runs: dict[str, _RunTrace] = {}
         self.ended: set[str] = set()
         self.asked: dict[str, tuple[UUID, str, int]] = {}
+        #: The asks of the latest items decided: the supervisor's record of a decision it
+        #: made, or a user's overriding it, may follow the item's decision.
+        self.decided: dict[str, tuple[UUID, str, int]] = {}
         self.log_batch: list[dict[str, Any]] = []
 
     def add(self, record: Mapping[str, Any]) -> None:
@@ -487,14 +507,15 @@ class _OtlpWriter:
     def _decision(self, record: Mapping[str, Any], name: str) -> None:
         event: Mapping[str, Any] = record.get("event") or {}
         item = str(record.get("item") or record["stream"])
-        asked = self.asked.pop(item, None)
+        asked = self.asked.get(item) or self.decided.get(item)
+        if name in _ITEM_DECISIONS and item in self.asked:
+            self.decided[item] = self.asked.pop(item)
+            if len(self.decided) > _DECIDED_KEPT:
+                del self.decided[next(iter(self.decided))]
         run_value = record.get("run") or event.get("run_id") or (asked and asked[0])
         run_id = UUID(str(run_value)) if run_value else None
         node = record.get("node") or event.get("node") or (asked[1] if asked else None)
-        verdict = str(
-            record.get("verdict")
-            or {"QuestionAnswered": "answered", "ApprovalGranted": "approved"}.get(name, "rejected")
-        )
+        verdict = str(record.get("verdict") or _VERDICTS.get(name) or event.get("decision") or "")
         actor = str(record.get("actor") or event.get("actor") or "")
         reason = record.get("reason") or event.get("rationale") or None
         answer = record.get("answer") or event.get("answer") or None
@@ -520,6 +541,7 @@ class _OtlpWriter:
                     "shep.decision.policy": record.get("policy") or event.get("policy"),
                     "shep.decision.prompt_version": record.get("prompt_version"),
                     "shep.decision.seen_hash": record.get("seen_hash"),
+                    **_details(event),
                     "shep.log.position": int(record["position"]),
                     "shep.log.chain_hash": record.get("chain_hash"),
                 }
@@ -568,9 +590,23 @@ class _OtlpWriter:
         self.lines += 1
 
 
+def _details(event: Mapping[str, Any]) -> dict[str, object]:
+    """A decision's ``DETAIL_FIELDS`` (the supervisor's evidence, overrides, cosigning, who
+    decided first) as ``shep.decision.*`` attributes; ``rules`` as canonical JSON text."""
+    from shep.audit_export import DETAIL_FIELDS, canonical
+
+    details: dict[str, object] = {}
+    for key in DETAIL_FIELDS:
+        value = event.get(key)
+        if isinstance(value, list | dict):
+            value = canonical(value).decode()
+        details[f"shep.decision.{key}"] = value
+    return details
+
+
 def verdict_line(verdict: str, actor: str, *, answer: str | None, reason: str | None) -> str:
     """A decision in one line: ``approved by user:alice: looks fine``."""
-    said = f"answered {answer!r}" if verdict == "answered" and answer else verdict
+    said = f"answered {answer!r}" if verdict in ("answered", "answer") and answer else verdict
     line = f"{said} by {actor}" if actor else said
     return f"{line}: {reason}" if reason else line
 

@@ -24,6 +24,7 @@ from shep.audit_export import (
     KINDS,
     Asked,
     _about,
+    _item_of,
     _asked,
     _Json,
 )
@@ -213,7 +214,7 @@ class _Verifier:
             if given:
                 raise _Problem(f"{sorted(given)} on an event that is no question or decision")
             return
-        asked = self.asks.get(stream)
+        asked = self.asks.get(_item_of(topic, stream, event) or stream)
         expected = _about(topic, stream, event, asked)
         if asked is None and topic in _VERDICTS:
             # The question or gate is not in this export: what came from it cannot be checked.

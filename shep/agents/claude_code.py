@@ -329,6 +329,10 @@ class ClaudeCodeExecutor(CliExecutor):
             args += ["--resume", options.resume_session]
         if options.allowed_tools:
             args += ["--allowedTools", ",".join(options.allowed_tools)]
+        elif options.allowed_tools is not None:
+            # No tools at all (the supervisor's evaluator): none offered to the model, so
+            # a permission the user granted in ~/.claude/settings.json cannot apply.
+            args += ["--tools", ""]
         if options.system_prompt is not None:
             args += ["--append-system-prompt", options.system_prompt]
         if options.output_schema is not None:

@@ -503,6 +503,10 @@ class DemoExecutor:
 
     def stream(self, prompt: str, options: AgentOptions) -> Iterator[AgentEvent]:
         started = time.monotonic()
+        verdict = _supervisor_answer(prompt)
+        if verdict is not None:
+            yield from self._reply(prompt, verdict, options, started)
+            return
         request = _feature_request(prompt)
         if request is None:
             task = prompt.rsplit("Your task now", maxsplit=1)[-1]
@@ -540,6 +544,61 @@ class DemoExecutor:
                 raw={"demo": True},
             )
         )
+
+    def _reply(
+        self, prompt: str, text: str, options: AgentOptions, started: float
+    ) -> Iterator[AgentEvent]:
+        session = options.resume_session or f"demo-{uuid.uuid4()}"
+        yield SessionStarted(session_id=session, model="demo")
+        time.sleep(self.delay / 2)
+        yield TextDelta(text=text)
+        yield Completed(
+            result=AgentResult(
+                text=text,
+                session_id=session,
+                usage=AgentUsage(
+                    input_tokens=len(prompt) // 4, output_tokens=len(text) // 4, cost_usd=0.0
+                ),
+                turns=1,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                structured_output=None,
+                raw={"demo": True},
+            )
+        )
+
+
+_FENCED = re.compile(r"<<<UNTRUSTED-(\w+)\n(.*)\nUNTRUSTED-\1>>>", re.DOTALL)
+
+
+def _supervisor_answer(prompt: str) -> str | None:
+    """The supervisor's prompt gets a canned verdict: the recommended option, or approve."""
+    if not prompt.startswith("You are shep's supervisor"):
+        return None
+    match = _FENCED.search(prompt)
+    try:
+        item = json.loads(match.group(2))["item"] if match else {}
+    except (ValueError, KeyError, TypeError):
+        item = {}
+    if item.get("kind") == "question":
+        options = item.get("options") or []
+        chosen = next((o for o in options if o.get("recommended")), options[0] if options else None)
+        if chosen is None:
+            return json.dumps({"verdict": "escalate", "rationale": f"{LABEL} no option to pick"})
+        return json.dumps(
+            {
+                "verdict": "answer",
+                "answer": chosen["id"],
+                "rationale": f"{LABEL} picks the recommended option",
+                "confidence": 0.5,
+            }
+        )
+    return json.dumps(
+        {
+            "verdict": "approve",
+            "rationale": f"{LABEL} approves every gate its guardrails let through",
+            "confidence": 0.5,
+        }
+    )
 
 
 def _write(root: Path, relative: str, content: str, tool_id: str) -> ToolResult:

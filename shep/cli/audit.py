@@ -169,8 +169,9 @@ def _verify_bundle(path: Path) -> None:
     default="all",
     show_default=True,
     metavar="decisions|approvals|all",
-    help="decisions: answers, approvals and rejections, with the questions and gates they "
-    "decide; approvals: approval gates and their decisions; all: every event.",
+    help="decisions: answers, approvals, rejections, cosign votes and the supervisor's "
+    "decisions, with the questions and gates they are about; approvals: approval gates and "
+    "their decisions (the supervisor's included); all: every event.",
 )
 @click.option(
     "--format",

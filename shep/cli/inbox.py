@@ -83,14 +83,38 @@ def render_item(item: dict[str, Any], now: datetime) -> str:
         lines.append(f"    file {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
     if item["deadline"]:
         lines.append(f"    the recommended option applies at {item['deadline'][:19]} UTC")
+    lines += supervisor_lines(item)
     lines.append(f"    repo {printable(item['repo'])}")
     return "\n".join(lines)
+
+
+def supervisor_lines(item: dict[str, Any]) -> list[str]:
+    """What the supervisor said about the item, and who voted for it (cosign policies)."""
+    from shep.cli.render import printable
+
+    lines = []
+    note = item.get("supervisor")
+    if note:
+        verdict = note["verdict"]
+        if note.get("advice"):
+            verdict = f"advises to {note['advice']}"
+        elif note.get("answer"):
+            verdict = f"{verdict} {note['answer']!r}"
+        if note.get("cosign_pending"):
+            verdict = "approved: your approval opens the gate"
+        said = f"supervisor ({note['policy']}): {verdict}: {note['rationale']}"
+        lines.append(printable(f"    {said}"))
+    for voter in item.get("votes") or []:
+        waiting = f"approved by {voter}: waiting for the supervisor's co-signature"
+        lines.append(printable(f"    {waiting}"))
+    return lines
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
         "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
+        "supervisor", "votes",
     )  # fmt: skip
     return {key: item[key] for key in keys}
 

@@ -35,6 +35,7 @@ class AgentEvaluator:
                 AgentOptions(
                     cwd=empty,
                     allowed_tools=(),
+                    max_turns=1,
                     model=model or self.default_model,
                     timeout=timeout,
                 ),

@@ -321,6 +321,18 @@ def test_claude_tool_run_counts_both_turns(fake: Fake) -> None:
     assert fake.argv()[-2:] == ["--allowedTools", "Write"]
 
 
+def test_claude_with_no_tools_is_offered_none(fake: Fake) -> None:
+    """An empty tool list (the supervisor's evaluator) is ``--tools ""``, not claude's defaults:
+    a permission the user granted in ~/.claude/settings.json must not apply to it."""
+    fake.executor("claude-code", "claude-529-then-ok-json.txt").execute(
+        PROMPT, AgentOptions(allowed_tools=(), max_turns=1)
+    )
+    argv = fake.argv()
+    assert argv[argv.index("--tools") + 1] == ""
+    assert "--allowedTools" not in argv
+    assert argv[argv.index("--max-turns") + 1] == "1"
+
+
 # -- Codex ---------------------------------------------------------------------------------
 
 

@@ -44,9 +44,17 @@ def _system_text(body: dict[str, Any]) -> str:
     return str(system)
 
 
+#: How opencode's session-title prompt starts (read from its binary).
+TITLE_PROMPT = "you are a title generator"
+
+
 def aux_reply(body: Body) -> Reply | None:
-    """opencode's session-title call (no tools, a title-writing system prompt) gets a title."""
-    if not body.get("tools") and "title" in _system_text(body).lower():
+    """opencode's session-title call (no tools, a title-writing system prompt) gets a title.
+
+    Only opencode's own title prompt: a tool-less call of another CLI (claude with
+    ``--tools ""``, shep's supervisor) is scripted like any other.
+    """
+    if not body.get("tools") and TITLE_PROMPT in _system_text(body).lower():
         return Reply(text=TITLE_TEXT)
     return None
 

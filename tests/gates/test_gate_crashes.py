@@ -174,7 +174,11 @@ def test_decider_killed_before_starting_the_worker(
     run_id = _start(repo)
     [question] = wait_for_waiting(shep_home, run_id, 1)
     killed = _shep_killed_at(
-        "shep.cli.inbox.resume_after_decision", "answer", question.originator_id.hex, "--option", "large"
+        "shep.cli.inbox.resume_after_decision",
+        "answer",
+        question.originator_id.hex,
+        "--option",
+        "large",
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     events = read_events(shep_home)
