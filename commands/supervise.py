@@ -139,7 +139,7 @@ def record_verdict(store: EventStore, v: Verdict, *, position: int) -> Recorded:
         append_decision(store, v.item_id, cls, item.kind, also=[made], tracking=tracking, **fields)
     except (AlreadyDecidedError, RunNotWaitingError, ConcurrencyError):
         again = load_item(store, v.item_id)
-        decided_by = again.decision.actor if again and again.decision else "the run's end"
+        decided_by = again.decision.actor if again and again.decision else "system:run-ended"
         reason = "the item was decided first" if again and again.decision else "the run had ended"
         store.append([_refused(store, v, decided_by, reason)], tracking=tracking)
         return Recorded(refused_by=decided_by)

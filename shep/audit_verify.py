@@ -24,8 +24,8 @@ from shep.audit_export import (
     KINDS,
     Asked,
     _about,
-    _item_of,
     _asked,
+    _item_of,
     _Json,
 )
 

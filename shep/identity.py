@@ -17,7 +17,8 @@ def user_actor(as_: str | None = None) -> str:
     A value that already names its kind (``ci:...``) is kept; shep's own deciders
     (``supervisor:...``, ``system:...``) cannot be claimed by a person.
     """
-    if as_ and as_.split(":", 1)[0] in ("supervisor", "system"):
+    as_ = as_.strip() if as_ else as_
+    if as_ and as_.split(":", 1)[0].strip().casefold() in ("supervisor", "system"):
         from events.errors import InvalidAnswerError
 
         raise InvalidAnswerError(

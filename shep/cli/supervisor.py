@@ -15,7 +15,7 @@ from uuid import UUID
 import click
 import msgspec
 
-from events.errors import PolicyError
+from events.errors import PolicyError, SupervisorOffError
 from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
 from shep.runtime import Runtime
 
@@ -70,6 +70,21 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout: float = 300.0
 
 
+class AutonomyChoice(click.Choice[str]):
+    """An autonomy level; an unknown one is a one-line ``PolicyError`` naming the known ones."""
+
+    def __init__(self) -> None:
+        super().__init__(AUTONOMY_LEVELS)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            raise PolicyError(
+                f"Unknown autonomy {value!r}; use one of {', '.join(AUTONOMY_LEVELS)}."
+            ) from None
+
+
 def read_policy_file(path: Path) -> PolicyFile:
     from events.supervisor import Guardrails
 
@@ -81,13 +96,21 @@ def read_policy_file(path: Path) -> PolicyFile:
         policy = msgspec.yaml.decode(text, type=PolicyFile)
         msgspec.convert(policy.guardrails, Guardrails, strict=True)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise PolicyError(f"Policy file {path}: {e}.") from None
+        # YAML errors span lines (the problem, then where): the CLI says it in one.
+        raise PolicyError(f"Policy file {path}: {' '.join(str(e).split())}.") from None
+    # Guardrails ignores fields it does not know: a misspelt rule would silently not apply.
+    unknown = sorted(set(policy.guardrails) - set(Guardrails.__struct_fields__))
+    if unknown:
+        raise PolicyError(
+            f"Policy file {path}: unknown guardrail {unknown[0]!r}; the rules are "
+            f"{', '.join(Guardrails.__struct_fields__)}."
+        )
     return policy
 
 
 @supervisor.command("configure")
 @_SCOPE
-@click.option("--autonomy", type=click.Choice(AUTONOMY_LEVELS), help="What it may do.")
+@click.option("--autonomy", type=AutonomyChoice(), help="What it may do.")
 @click.option(
     "--override",
     "overrides",
@@ -163,9 +186,11 @@ def configure(
             tests_must_pass=tests_must_pass,
             auto_approve=auto_approve,
         )
+    # The scope first: a run that does not exist must not create the store.
+    where = _scope(runtime, scope)
     policy = configure_policy(
         runtime.store(),
-        _scope(runtime, scope),
+        where,
         autonomy=autonomy,
         overrides=override_map,
         guardrails=rules,
@@ -273,10 +298,17 @@ def _toggle(runtime: Runtime, scope: str, on: bool) -> None:
 @click.pass_obj
 def run(runtime: Runtime, follow: bool, background: bool) -> None:
     """Decide every item a policy covers that is waiting, in the foreground; then exit."""
-    from shep.supervisor.process import Supervisor, supervisor_lock
+    from shep.supervisor.process import OFF, Supervisor, collaboration_on, supervisor_lock
 
+    # Off (or no store yet: off by default): say so before touching anything.
+    if not runtime.has_store() or not collaboration_on(runtime.store()):
+        raise SupervisorOffError(OFF)
     store = runtime.store()
     with supervisor_lock(runtime.home):
+        from shep.supervisor.agent import stop_stray_evaluators
+
+        for pid in stop_stray_evaluators():
+            click.echo(f"shep: stopped evaluator {pid}: its supervisor is gone.", err=True)
         sup = Supervisor(
             store,
             _evaluator(runtime),

@@ -2,16 +2,28 @@
 
 It runs in an empty temporary directory with no tools: it reads the prompt
 and answers, and can change nothing. Its token goes only to its own process.
+
+It runs in its own session (so a timeout kills its whole group), which a
+supervisor killed with SIGKILL does not take down with it: each evaluator
+carries its supervisor's identity in ``SHEP_SUPERVISOR_OWNER``, and the next
+supervisor stops those whose supervisor is gone (``stop_stray_evaluators``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import tempfile
 from pathlib import Path
 
 from shep.agents import AgentOptions, create_executor
+from shep.identity import process_start
 from shep.secrets import load_token
 from shep.settings import Settings
+
+#: The environment variable naming an evaluator's supervisor: ``<pid>/<process start>``.
+OWNER_ENV = "SHEP_SUPERVISOR_OWNER"
 
 
 class AgentEvaluator:
@@ -25,7 +37,7 @@ class AgentEvaluator:
             agent_type,
             token=load_token(home, agent_type),
             binary=settings.binary,
-            env={"SHEP_SUPERVISOR": "1"},
+            env={"SHEP_SUPERVISOR": "1", OWNER_ENV: _owner(os.getpid())},
         )
 
     def __call__(self, prompt: str, *, model: str | None, timeout: float) -> str:
@@ -41,3 +53,43 @@ class AgentEvaluator:
                 ),
             )
         return result.text
+
+
+def _owner(pid: int) -> str:
+    return f"{pid}/{process_start(pid) or ''}"
+
+
+def stop_stray_evaluators() -> list[int]:
+    """SIGKILL the process groups of evaluators whose supervisor is gone; their pids (Linux).
+
+    An evaluator has nothing to save (no tools, an empty directory), and its
+    answer has no one to read it: the item is evaluated again.
+    """
+    from shep.recovery import worker_alive
+
+    needle = f"{OWNER_ENV}=".encode()
+    stopped: list[int] = []
+    groups = {os.getpgid(0)}  # never this process's own
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return stopped
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        owner = next((v for v in environ.split(b"\0") if v.startswith(needle)), None)
+        if owner is None:
+            continue
+        pid_text, _, started = owner[len(needle) :].decode(errors="replace").partition("/")
+        if not pid_text.isdigit() or worker_alive(int(pid_text), started or None):
+            continue
+        with contextlib.suppress(OSError):
+            group = os.getpgid(int(entry.name))
+            if group not in groups:
+                groups.add(group)
+                os.killpg(group, signal.SIGKILL)
+                stopped.append(int(entry.name))
+    return stopped

@@ -42,6 +42,8 @@ from shep.supervisor.prompt import (
 
 #: The verdict of an item only the evaluator could decide, when none was given (what-if).
 UNDECIDED = "undecided"
+#: The evaluator recorded for a decision the guardrails made without it.
+GUARDRAILS = "guardrails"
 #: How much of each approved file the evaluator is shown.
 ARTIFACT_CHARS = 20_000
 
@@ -225,8 +227,9 @@ class EvaluationGraph:
             policy=policy,
             autonomy=autonomy,
             input_hash=input_hash(state["document"]),
-            evaluator=self.evaluator.name if self.evaluator else "none",
-            model=policy.model,
+            # The evidence names who decided: the guardrails alone consult no model.
+            evaluator=_evaluator_name(self.evaluator) if reply is not None else GUARDRAILS,
+            model=policy.model if reply is not None else None,
             rules=rules,
             consulted=reply is not None,
             **fields,
@@ -292,6 +295,10 @@ def _from_reply(reply: Reply, item: ItemState, kind: str) -> dict[str, Any]:
         "rationale": f"the evaluator's verdict {verdict!r} is not approve, reject or escalate: "
         f"{reply.rationale}",
     }
+
+
+def _evaluator_name(evaluator: Evaluator | None) -> str:
+    return evaluator.name if evaluator is not None else "none"
 
 
 def _fit_autonomy(fields: dict[str, Any], autonomy: str) -> dict[str, Any]:

@@ -9,7 +9,9 @@ no longer read, has no such metrics: any rule that needs one fails closed.
 Rules apply to approval gates (a question is not a change to approve).
 ``tests_must_pass`` applies to the merge gate and to gates of other workflows:
 the feature workflow runs its tests only after implementing, so its PRD and
-plan gates have no test result to check.
+plan gates have no test result to check. ``blocked_paths`` are fnmatch
+patterns (``*`` matches ``/`` too); one that names a directory blocks
+everything under it.
 """
 
 from __future__ import annotations
@@ -98,11 +100,7 @@ def check(rules: Guardrails, metrics: Metrics, kind: str) -> list[RuleResult]:
         if metrics.paths is None:
             results.append(RuleResult(rule="blocked_paths", passed=None, detail="no diff to check"))
         else:
-            hits = [
-                path
-                for path in metrics.paths
-                if any(fnmatch.fnmatchcase(path, pattern) for pattern in rules.blocked_paths)
-            ]
+            hits = [path for path in metrics.paths if _blocked(path, rules.blocked_paths)]
             detail = (
                 f"changes blocked paths: {', '.join(hits[:5])}"
                 if hits
@@ -122,6 +120,18 @@ def check(rules: Guardrails, metrics: Metrics, kind: str) -> list[RuleResult]:
                 RuleResult(rule="tests_must_pass", passed=metrics.tests_passed, detail=detail)
             )
     return results
+
+
+def _blocked(path: str, patterns: list[str]) -> bool:
+    """Whether ``path`` matches a pattern, or lies under a directory a pattern names
+    (``secrets`` and ``secrets/`` block ``secrets/key.pem``: a guardrail fails closed)."""
+    for pattern in patterns:
+        directory = pattern.rstrip("/")
+        if fnmatch.fnmatchcase(path, pattern) or (
+            directory and fnmatch.fnmatchcase(path, f"{directory}/*")
+        ):
+            return True
+    return False
 
 
 def _limit(rule: str, value: int | None, limit: int, what: str) -> RuleResult:

@@ -77,10 +77,23 @@ def decisions_for(runtime: Runtime, ref: str) -> list[dict[str, Any]]:
             row = _item_row(item, event)
             if row is not None:
                 rows.append(row)
+    evidence: set[str] = set()
     for event in store.load(supervisor_stream_id(run_id)):
         row = _supervisor_row(event)
         if row is not None and (only is None or row["item"] == only):
             rows.append(row)
+            if row["took_effect"]:
+                evidence.add(row["item"])
+    # A decision the supervisor made is shown once: its evidence row says it took effect.
+    rows = [
+        r
+        for r in rows
+        if not (
+            r.get("from_item") and r["actor"].startswith("supervisor:") and r["item"] in evidence
+        )
+    ]
+    for row in rows:
+        row.pop("from_item", None)
     for row in rows:
         question = asked.get(row["item"])
         row["run"] = run_hex
@@ -116,6 +129,7 @@ def _item_row(item: str, event: Event) -> dict[str, Any] | None:
         "rationale": rationale,
         "policy_version": getattr(event, "policy", None),
         "took_effect": True,
+        "from_item": True,
     }
     if event.overrides:
         row["overrides"] = event.overrides

@@ -37,6 +37,9 @@ from events.runs import FINAL_STATUSES
 from events.store import EventStore
 from shep.supervisor.evaluate import Decision, EvaluationGraph, Evaluator
 
+#: What the supervisor says when the ``collaboration`` flag is off.
+OFF = "The supervisor is off: turn it on with `shep settings flags enable collaboration`."
+
 #: What the supervisor follows in the log.
 TOPICS = (QuestionAsked, ApprovalRequested, ApprovalVoted)
 
@@ -114,10 +117,7 @@ class Supervisor:
         handled = 0
         while True:
             if not collaboration_on(self.store):
-                raise SupervisorOffError(
-                    "The supervisor is off: turn it on with "
-                    "`shep settings flags enable collaboration`."
-                )
+                raise SupervisorOffError(OFF)
             after = self.store.tracked_position(SUPERVISOR)
             batch = self.store.positions_of(list(TOPICS), after=after, limit=50)
             if not batch:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 #: Recorded with every decision; bump it whenever the text below changes.
-PROMPT_VERSION = "supervisor-prompt-1"
+PROMPT_VERSION = "supervisor-prompt-2"
 
 _RULES = """\
 You are shep's supervisor. A workflow run by an AI coding agent stopped to ask a
@@ -40,8 +39,8 @@ Answer with exactly one JSON object and nothing else:
 """
 
 _AUTONOMY_RULES = {
-    "advisory": "You are advisory: your verdict is only 'advise' or 'escalate'; "
-    "say in the rationale what you would do.",
+    "advisory": "Your verdict is only advice: a person reads it and decides. "
+    "Give the verdict you would give if it were yours.",
     "cosign": "Your approval of a gate is one of two signatures: a person signs too.",
     "autonomous": "Your verdict takes effect at once: approve, reject or answer only "
     "when you are sure.",
@@ -83,11 +82,12 @@ def build_prompt(document: dict[str, Any], autonomy: str, kind: str) -> str:
     """The whole prompt: the rules, then the input inside a fence nobody can close."""
     body = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
     opening, closing, _ = fence(body)
+    # Advisory asks for the same verdicts: what it would do is recorded as its advice.
     if kind == "question":
-        verdicts = "answer|escalate" if autonomy != "advisory" else "advise|escalate"
+        verdicts = "answer|escalate"
         answer_field = ', "answer": "the id of one of its options, or your text"'
     else:
-        verdicts = "approve|reject|escalate" if autonomy != "advisory" else "advise|escalate"
+        verdicts = "approve|reject|escalate"
         answer_field = ""
     rules = _RULES.format(
         autonomy_rule=_AUTONOMY_RULES[autonomy], verdicts=verdicts, answer_field=answer_field
@@ -99,20 +99,30 @@ def build_prompt(document: dict[str, Any], autonomy: str, kind: str) -> str:
     )
 
 
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+def _last_object(text: str) -> dict[str, Any] | None:
+    """The last top-level JSON object in ``text`` (one it quoted before its own is not it)."""
+    decoder = json.JSONDecoder()
+    found: dict[str, Any] | None = None
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(value, dict):
+            found = value
+        start = text.find("{", end)
+    return found
 
 
 def read_reply(text: str) -> Reply:
     """The JSON verdict in the evaluator's reply (the last object in it, if it wrapped it)."""
-    match = _OBJECT.search(text or "")
-    if match is None:
-        return Reply("escalate", "", problem="the evaluator's reply had no JSON verdict")
-    try:
-        data = json.loads(match.group(0))
-    except ValueError:
-        return Reply("escalate", "", problem="the evaluator's reply was not valid JSON")
-    if not isinstance(data, dict):
-        return Reply("escalate", "", problem="the evaluator's reply was not a JSON object")
+    text = text or ""
+    data = _last_object(text)
+    if data is None:
+        problem = "was not valid JSON" if "{" in text else "had no JSON verdict"
+        return Reply("escalate", "", problem=f"the evaluator's reply {problem}")
     verdict = str(data.get("verdict", "")).strip().lower()
     rationale = str(data.get("rationale", "") or "").strip()
     confidence = data.get("confidence")

@@ -76,8 +76,9 @@ def _actual(item: ItemState) -> tuple[str, str]:
         return "none", "undecided"
     if isinstance(decision, QuestionAnswered):
         return f"answer:{decision.answer}", f"answered {decision.answer!r} by {decision.actor}"
-    verb = "approve" if isinstance(decision, ApprovalGranted) else "reject"
-    return verb, f"{verb}d by {decision.actor}"
+    if isinstance(decision, ApprovalGranted):
+        return "approve", f"approved by {decision.actor}"
+    return "reject", f"rejected by {decision.actor}"
 
 
 def _would(decision: Decision) -> tuple[str, str]:
