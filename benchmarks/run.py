@@ -496,6 +496,9 @@ def main() -> None:
         from benchmarks.audit import bench as bench_audit
 
         results.update(bench_audit(quick))
+        from benchmarks.supervisor import bench as bench_supervisor  # imports langgraph
+
+        results.update(bench_supervisor(quick))
         from benchmarks.checkpointer import bench as bench_checkpointer  # imports langgraph
 
         results.update(bench_checkpointer(quick))
