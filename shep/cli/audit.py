@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
@@ -219,9 +219,20 @@ def export(
     if sign_key is not None and fmt != "bundle":
         raise _option_error("--sign-key signs a bundle: use it with --format bundle.")
     runtime.require_home()
-    if not os.path.exists(runtime.db_file):
-        raise StoreUnavailableError(f"No event store at {runtime.db_file}: nothing to export.")
-    db = runtime.db_path
+    with ExitStack() as stack:
+        db = runtime.db_path
+        if not db.exists():
+            # An empty home: an empty export (no events, the genesis head), not an error.
+            import apsw
+
+            db = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "empty.db"
+            apsw.Connection(str(db)).close()
+        _export(db, flt, fmt, output, sign_key)
+
+
+def _export(
+    db: Path, flt: ExportFilter, fmt: str, output: str | None, sign_key: str | None
+) -> None:
     target = Path(output) if output is not None else None
     if fmt == "bundle":
         assert target is not None

@@ -625,12 +625,29 @@ def test_export_works_on_a_read_only_store_without_projections(
     assert len(done.stdout.splitlines()) == 2 + 6
 
 
-def test_no_store_is_one_clear_line(shep_home: Path) -> None:
-    """Nothing to export: one line, exit 1."""
+def test_an_empty_home_exports_an_empty_log(shep_home: Path, tmp_path: Path) -> None:
+    """No store yet: an empty result, not an error. The export has its start and end lines
+    (no events, the genesis head), it verifies, and no store is created by exporting."""
     shep_home.mkdir()
-    done = shep("audit", "export")
-    assert done.returncode == 1
-    assert done.stderr == f"shep: No event store at {shep_home / 'shep.db'}: nothing to export.\n"
+    done = shep("audit", "export", "--kind", "decisions")
+    assert (done.returncode, done.stderr) == (0, "")
+    start, end = (json.loads(line) for line in done.stdout.splitlines())
+    assert (start["type"], start["head_position"], start["head_hash"]) == (
+        "export-start",
+        0,
+        "0" * 64,
+    )
+    assert (end["type"], end["count"], end["first_position"]) == ("export-end", 0, None)
+    target = tmp_path / "empty.jsonl"
+    target.write_text(done.stdout)
+    verified = shep("audit", "verify", "--export", str(target))
+    assert verified.returncode == 0, verified.stderr
+    assert "0 events verify" in verified.stdout
+    csv_done = shep("audit", "export", "--format", "csv")
+    assert csv_done.returncode == 0
+    assert csv_done.stdout.splitlines()[0].startswith("position,at,stream")
+    assert len(csv_done.stdout.splitlines()) == 1
+    assert not (shep_home / "shep.db").exists()
 
 
 def test_secrets_never_appear_in_any_export(
