@@ -63,6 +63,14 @@ _STORE_FAILURES = (
 )
 
 
+class _ReaderGone(Exception):
+    """The reader of our output went away (`shep logs | head`).
+
+    A ``BrokenPipeError`` inside a command is caught by click, which exits 1;
+    wrapped in this (no ``OSError``) it reaches ``main``, which exits 0.
+    """
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use, so ``shep --help`` stays fast."""
 
@@ -72,6 +80,12 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as e:
+            raise _ReaderGone() from e
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
@@ -131,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("shep: interrupted", err=True)
         sys.exit(130)
-    except BrokenPipeError:
+    except (BrokenPipeError, _ReaderGone):
         # The reader of our output went away (`shep logs | head`); that is not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
