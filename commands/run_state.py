@@ -95,6 +95,8 @@ class RunState:
     node_names: list[str] = field(default_factory=list)
     completed_nodes: list[str] = field(default_factory=list)
     current_node: str | None = None
+    #: The node whose ``NodeFailed`` is the newest (what a ``RunFailed`` after it names).
+    failed_node: str | None = None
     #: The current owner: 0 until the run first starts, then one more per start/resume.
     epoch: int = 0
     #: The owner's process (the creator while pending): pid, host, start time.
@@ -131,6 +133,7 @@ class RunState:
             self.current_node = None
         elif isinstance(event, NodeFailed):
             self.current_node = None
+            self.failed_node = event.node
 
 
 def changes_status(event_type: type[Event]) -> bool:

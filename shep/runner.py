@@ -302,12 +302,14 @@ class Runner:
         return complete_run(self.store, self.run_id, duration_ms=elapsed, epoch=self.epoch).status
 
     def _fail(self, error_type: str, message: str) -> RunStatus:
+        state = load_run(self.store, self.run_id)
         with contextlib.suppress(InvalidTransitionError, WorkerFencedError):
             fail_run(
                 self.store,
                 self.run_id,
                 error_type=error_type,
                 message=message,
+                node=state.current_node or state.failed_node,
                 epoch=self.epoch,
             )
         return load_run(self.store, self.run_id).status

@@ -83,6 +83,14 @@ def test_auth_error_fails_the_run_without_retry(
     run = json.loads(shep("status", "--all", "--json").stdout)[0]
     assert run["status"] == "failed"
     assert run["error"].startswith("AgentAuthError: ")
+    # The run's failure names the node it failed in, as its NodeFailed does.
+    logged = [
+        json.loads(line)
+        for line in shep("logs", run["run_id"], "--json").stdout.split("\n")
+        if line
+    ]
+    [failed] = [e for e in logged if e["kind"] == "run.failed"]
+    assert failed["node"] == "scan", failed
 
 
 def test_overload_is_retried_then_completes(
