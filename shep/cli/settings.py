@@ -346,6 +346,10 @@ def _toggle_flag(runtime: Runtime, name: str, on: bool) -> None:
         runtime.store(), key=name, value="on" if on else "off", changed_by=current_actor()
     )
     click.echo(f"{name} = {'on' if on else 'off'}")
+    if name == "collaboration" and on:
+        from shep.cli.supervisor import start_for_waiting_items
+
+        start_for_waiting_items(runtime)
 
 
 @flags.command("enable")

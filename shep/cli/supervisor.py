@@ -200,6 +200,19 @@ def configure(
     )
     click.echo(f"Policy {policy.label} set: {describe_policy(policy)}")
     _warn_if_off(runtime)
+    start_for_waiting_items(runtime)
+
+
+def start_for_waiting_items(runtime: Runtime) -> None:
+    """Items already waiting that a policy now covers get the supervisor at once."""
+    from shep.supervisor.start import start_for_waiting
+
+    waiting = start_for_waiting(runtime)
+    if waiting:
+        click.echo(
+            f"Started the supervisor for the {waiting} item(s) waiting in the inbox "
+            "(its output: $SHEP_HOME/logs/supervisor.log)."
+        )
 
 
 def describe_policy(policy: Policy) -> str:
@@ -290,6 +303,8 @@ def _toggle(runtime: Runtime, scope: str, on: bool) -> None:
 
     policy = set_policy_enabled(runtime.store(), _scope(runtime, scope), on, actor=current_actor())
     click.echo(f"Policy {policy.label} {'enabled' if on else 'disabled'}.")
+    if on:
+        start_for_waiting_items(runtime)
 
 
 @supervisor.command("run")

@@ -8,12 +8,16 @@ starts and nothing is written.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from commands.inbox_state import load_item
 from commands.policies import load_policies, policy_for
 from events.runs import RunCreated
 from events.store import EventStore
+
+if TYPE_CHECKING:
+    from shep.runtime import Runtime
 
 
 def log_path(home: Path) -> Path:
@@ -78,3 +82,16 @@ def start_if_covered(store: EventStore, home: Path, item_ids: list[UUID]) -> int
     if not covered(store, item_ids):
         return None
     return spawn_shep(home, ["supervisor", "run", "--background"], log_path(home))
+
+
+def start_for_waiting(runtime: Runtime) -> int:
+    """After the flag or a policy changed: start the supervisor for the items already waiting
+    that a policy now covers. How many items are waiting (0: nothing started)."""
+    from projections.inbox_queries import list_inbox
+
+    if not runtime.has_store():
+        return 0
+    waiting = [UUID(item["item_id"]) for item in list_inbox(runtime.read_db())]
+    if start_if_covered(runtime.store(), runtime.home, waiting) is None:
+        return 0
+    return len(waiting)

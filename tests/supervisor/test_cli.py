@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from uuid import UUID
@@ -491,3 +492,32 @@ def test_a_person_cannot_decide_as_the_supervisor(
     assert not any(
         isinstance(e, ApprovalGranted | ApprovalVoted | QuestionAnswered) for e in events
     )
+
+
+@pytest.mark.parametrize("last_step", ["configure", "flag"])
+def test_items_already_waiting_get_the_supervisor_once_it_can_decide_them(
+    shep_home: Path, repo: Path, last_step: str
+) -> None:
+    """A gate asked before the policy (or before the flag): configuring the policy or turning
+    the flag on starts the supervisor at once, and it decides the gate (the demo agent as the
+    evaluator). The run is still this test process's, so no worker is started for it."""
+    with _store(shep_home) as store:
+        _, [item] = ask_on_new_run(store, repo, [gate("g")], resumed=True)
+    shep("settings", "agent", "--agent", "demo", check=True)
+    if last_step == "configure":
+        shep("settings", "flags", "enable", "collaboration", check=True)
+        done = shep("supervisor", "configure", "--autonomy", "autonomous", check=True)
+    else:
+        shep("supervisor", "configure", "--autonomy", "autonomous", check=True)
+        done = shep("settings", "flags", "enable", "collaboration", check=True)
+    assert "Started the supervisor for the 1 item(s) waiting in the inbox" in done.stdout
+    deadline = time.monotonic() + 30
+    granted: list[ApprovalGranted] = []
+    while not granted and time.monotonic() < deadline:
+        granted = [
+            e
+            for e in read_events(shep_home)
+            if isinstance(e, ApprovalGranted) and e.originator_id == item
+        ]
+        time.sleep(0.2)
+    assert [g.actor for g in granted] == ["supervisor:global@1"]
