@@ -217,10 +217,25 @@ def _to_plan_gate(
     ], items
     assert _supervisor_requests(llm) == [], "the supervisor ran before it had a policy"
 
+    # The gate already waits: configuring the policy starts the supervisor in the background.
     configured = shep("supervisor", "configure", "--autonomy", "autonomous", "--timeout", "120")
     assert configured.stdout.startswith("Policy global@1 set: autonomous"), configured.stdout
+    assert "Started the supervisor for the 1 item(s) waiting" in configured.stdout, configured
     assert "is off" not in configured.stderr, configured.stderr
     return shep, home, run_id, items[0]
+
+
+def _supervisor_said(home: Path, item_id: str, timeout: float = 180) -> list[str]:
+    """The background supervisor's lines about ``item_id``, once it has written one."""
+    log = home / "logs" / "supervisor.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        lines = [line for line in text.splitlines() if line.startswith(item_id[:8])]
+        if lines:
+            return lines
+        time.sleep(0.2)
+    raise AssertionError(f"the supervisor said nothing about {item_id} in {timeout:g}s")
 
 
 def _decisions(home: Path, run_id: str) -> list[SupervisorDecisionMade]:
@@ -263,10 +278,10 @@ def test_supervisor_approves_a_plan_gate_with_claude(
     shep, home, run_id, gate = _to_plan_gate(cli, fake_llm, tmp_path, script)
     item_id = gate["item_id"]
 
-    ran = shep("supervisor", "run", timeout=180)
-    assert ran.stdout.splitlines() == [
+    said = _supervisor_said(home, item_id)
+    assert said == [
         f"{item_id[:8]} (plan of run {run_id[:8]}): approve under global@1: {RATIONALE}"
-    ], ran
+    ], said
     _wait(shep, run_id, lambda r: r["status"] == "completed", "completion after the supervisor")
     assert json.loads(shep("inbox", "--json").stdout) == []
     assert fake_llm.pending() == 0, f"scripted replies left over:\n{_describe(fake_llm)}"
@@ -343,7 +358,8 @@ def test_supervisor_approves_a_plan_gate_with_claude(
     assert PLAN_ANSWER in apply[0].dumps()
     assert SUPERVISOR_PROMPT not in apply[0].dumps()
 
-    # `why` shows the decision (with its evidence) and the approval it made.
+    # `why` shows the decision once, with its evidence: it took effect (the approval it made
+    # is not listed again).
     why = json.loads(shep("supervisor", "why", run_id, "--json").stdout)
     decided = [r for r in why if r.get("evaluator")]
     granted_rows = [r for r in why if not r.get("evaluator")]
@@ -352,9 +368,8 @@ def test_supervisor_approves_a_plan_gate_with_claude(
         for r in decided
     ] == [("supervisor:global@1", "approve", True, agent, PROMPT_VERSION)], why
     assert decided[0]["input_hash"] == made.input_hash
-    assert [(r["actor"], r["verdict"], r["rationale"]) for r in granted_rows] == [
-        ("supervisor:global@1", "approve", RATIONALE)
-    ], why
+    assert decided[0]["rationale"] == RATIONALE
+    assert granted_rows == [], why
     assert shep("supervisor", "run").stdout.strip() == "Nothing to decide."
     assert shep("audit", "verify").stdout.startswith("OK: ")
 
@@ -378,13 +393,12 @@ def test_supervisor_escalates_when_claude_reports_an_api_error(
     shep, home, run_id, gate = _to_plan_gate(cli, fake_llm, tmp_path, script)
     item_id = gate["item_id"]
 
-    ran = shep("supervisor", "run", timeout=180)
-    lines = ran.stdout.splitlines()
-    assert len(lines) == 1, ran
+    lines = _supervisor_said(home, item_id)
+    assert len(lines) == 1, lines
     assert lines[0].startswith(
         f"{item_id[:8]} (plan of run {run_id[:8]}): escalate under global@1: the evaluator failed: "
-    ), ran
-    assert named in lines[0], ran
+    ), lines
+    assert named in lines[0], lines
 
     asked = _supervisor_requests(fake_llm)
     assert asked, _describe(fake_llm)
