@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
+import pytest
+
 from events.inbox import ApprovalGranted, ApprovalRejected, QuestionAnswered
 from events.store import EventStore
 from tests.gates.event_log import decisions_of, read_events
@@ -130,6 +132,7 @@ def _when(decision: QuestionAnswered | ApprovalGranted | ApprovalRejected) -> st
     return decision.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+@pytest.mark.slow
 def test_two_answers_at_once_exactly_one_wins(
     repo: Path, store: EventStore, shep_home: Path, tmp_path: Path
 ) -> None:

@@ -44,6 +44,7 @@ def _draft_prompts(agent_log: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_reject_loops_back_with_reason_until_approved(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path
 ) -> None:

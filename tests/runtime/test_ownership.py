@@ -139,6 +139,7 @@ def test_a_stopped_worker_is_not_an_orphan_and_resume_is_refused(
     assert _once_each(_events(shep_home, run_id)) == sorted(NODES)
 
 
+@pytest.mark.slow
 def test_a_woken_worker_whose_run_was_taken_over_is_fenced_off(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

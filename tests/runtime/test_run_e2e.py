@@ -93,6 +93,7 @@ def test_auth_error_fails_the_run_without_retry(
     assert failed["node"] == "scan", failed
 
 
+@pytest.mark.slow
 def test_overload_is_retried_then_completes(
     repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,6 +118,7 @@ def test_overload_is_retried_then_completes(
     assert kinds.count("node.completed") == 4
 
 
+@pytest.mark.slow
 def test_timeout_kills_agent_and_fails_node(
     repo: Path, fake_claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
