@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from events.base import Event, utc_now
 from events.errors import ConcurrencyError, PolicyError
 from events.inbox import ApprovalRequested, QuestionAsked
+from events.runs import RunCreated
 from events.store import EventStore
 from events.supervisor import (
     AUTONOMY_LEVELS,
@@ -27,6 +28,9 @@ from events.supervisor import (
     PolicyDisabled,
     PolicyEnabled,
 )
+
+if TYPE_CHECKING:
+    from commands.inbox_state import ItemState
 
 #: The feature workflow's gate nodes, by the kind a policy names them with.
 GATE_KINDS = {"prd": "prd", "plan_gate": "plan", "merge_gate": "merge"}
@@ -105,6 +109,29 @@ def policy_for(policies: dict[str, Policy], run_id: UUID, repo: str) -> Policy |
         if policy is not None and policy.enabled:
             return policy
     return None
+
+
+def source_repo(created: RunCreated | None) -> str:
+    """The user's repository of a run (a feature run's worktree is not it): what a
+    ``repo:`` scope names."""
+    if created is None:
+        return ""
+    return created.inputs.get("source_repo") or created.repo
+
+
+def covering(
+    store: EventStore, policies: dict[str, Policy], item_id: UUID
+) -> tuple[ItemState, Policy] | None:
+    """An undecided item and the enabled policy covering it; None when either is missing."""
+    from commands.inbox_state import load_item
+
+    item = load_item(store, item_id)
+    if item is None or item.decision is not None:
+        return None
+    created = store.load(item.asked.run_id, types=[RunCreated])
+    run = created[0] if created and isinstance(created[0], RunCreated) else None
+    policy = policy_for(policies, item.asked.run_id, source_repo(run))
+    return (item, policy) if policy is not None else None
 
 
 def item_kind(asked: QuestionAsked | ApprovalRequested) -> str:

@@ -531,19 +531,7 @@ class DemoExecutor:
             yield _write(root, relative, content, tool_id)
         for line in text.splitlines(keepends=True):
             yield TextDelta(text=line)
-        yield Completed(
-            result=AgentResult(
-                text=text,
-                session_id=session,
-                usage=AgentUsage(
-                    input_tokens=len(prompt) // 4, output_tokens=len(text) // 4, cost_usd=0.0
-                ),
-                turns=1,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                structured_output=None,
-                raw={"demo": True},
-            )
-        )
+        yield _completed(prompt, text, session, started)
 
     def _reply(
         self, prompt: str, text: str, options: AgentOptions, started: float
@@ -552,19 +540,23 @@ class DemoExecutor:
         yield SessionStarted(session_id=session, model="demo")
         time.sleep(self.delay / 2)
         yield TextDelta(text=text)
-        yield Completed(
-            result=AgentResult(
-                text=text,
-                session_id=session,
-                usage=AgentUsage(
-                    input_tokens=len(prompt) // 4, output_tokens=len(text) // 4, cost_usd=0.0
-                ),
-                turns=1,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                structured_output=None,
-                raw={"demo": True},
-            )
+        yield _completed(prompt, text, session, started)
+
+
+def _completed(prompt: str, text: str, session: str, started: float) -> Completed:
+    return Completed(
+        result=AgentResult(
+            text=text,
+            session_id=session,
+            usage=AgentUsage(
+                input_tokens=len(prompt) // 4, output_tokens=len(text) // 4, cost_usd=0.0
+            ),
+            turns=1,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            structured_output=None,
+            raw={"demo": True},
         )
+    )
 
 
 _FENCED = re.compile(r"<<<UNTRUSTED-(\w+)\n(.*)\nUNTRUSTED-\1>>>", re.DOTALL)

@@ -24,7 +24,7 @@ from uuid import UUID
 import msgspec
 
 from commands.inbox_state import ItemState, load_item
-from commands.policies import Policy, item_kind, load_policies, policy_for
+from commands.policies import Policy, item_kind, load_policies, policy_for, source_repo
 from events.base import Event
 from events.inbox import QuestionAsked
 from events.runs import RunCreated
@@ -145,7 +145,7 @@ class EvaluationGraph:
         assert item is not None
         created = _created(state["run_events"])
         policies = self.policies if self.policies is not None else load_policies(self.store)
-        return {"policy": policy_for(policies, item.asked.run_id, _source_repo(created))}
+        return {"policy": policy_for(policies, item.asked.run_id, source_repo(created))}
 
     def _guardrails(self, state: EvalState) -> EvalState:
         item, policy, kind = _parts(state)
@@ -157,7 +157,7 @@ class EvaluationGraph:
             {
                 "id": item.asked.run_id.hex,
                 "workflow": created.workflow if created else None,
-                "repo": _source_repo(created),
+                "repo": source_repo(created),
                 "inputs": {
                     k: v for k, v in (created.inputs if created else {}).items() if k != "token"
                 },
@@ -318,13 +318,6 @@ def _option(asked: QuestionAsked, answer: str) -> tuple[str, str] | None:
 
 def _created(events: list[Event]) -> RunCreated | None:
     return next((e for e in events if isinstance(e, RunCreated)), None)
-
-
-def _source_repo(created: RunCreated | None) -> str:
-    """The user's repository of a run (a feature run's worktree is not it)."""
-    if created is None:
-        return ""
-    return created.inputs.get("source_repo") or created.repo
 
 
 def _item_document(item: ItemState, created: RunCreated | None) -> dict[str, Any]:

@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from commands.inbox_state import load_item
-from commands.policies import load_policies, policy_for
-from events.runs import RunCreated
+from commands.policies import covering, item_kind, load_policies
 from events.store import EventStore
 
 if TYPE_CHECKING:
@@ -29,45 +27,20 @@ def covered(store: EventStore, item_ids: list[UUID]) -> bool:
     policies = load_policies(store)
     if not any(p.enabled for p in policies.values()):
         return False
-    for item_id in item_ids:
-        item = load_item(store, item_id)
-        if item is None or item.decision is not None:
-            continue
-        created = store.load(item.asked.run_id, types=[RunCreated])
-        if not created or not isinstance(created[0], RunCreated):
-            continue
-        repo = created[0].inputs.get("source_repo") or created[0].repo
-        if policy_for(policies, item.asked.run_id, repo) is not None:
-            return True
-    return False
-
-
-def covering_policy(store: EventStore, item_id: UUID):  # type: ignore[no-untyped-def]
-    """The enabled policy covering an undecided item while the flag is on, else None."""
-    from commands.policies import Policy
-    from shep.settings import load_settings
-
-    item = load_item(store, item_id)
-    if item is None or item.decision is not None:
-        return None
-    if not load_settings(store).flags["collaboration"]:
-        return None
-    created = store.load(item.asked.run_id, types=[RunCreated])
-    if not created or not isinstance(created[0], RunCreated):
-        return None
-    repo = created[0].inputs.get("source_repo") or created[0].repo
-    policy: Policy | None = policy_for(load_policies(store), item.asked.run_id, repo)
-    return policy
+    return any(covering(store, policies, item_id) is not None for item_id in item_ids)
 
 
 def cosign_label(store: EventStore, item_id: UUID) -> str | None:
-    """The label of the cosign policy a gate needs the supervisor's signature under, if any."""
-    from commands.policies import item_kind
+    """The label of the cosign policy a gate needs the supervisor's signature under, if any
+    (only while the flag is on)."""
+    from shep.settings import load_settings
 
-    policy = covering_policy(store, item_id)
-    item = load_item(store, item_id)
-    if policy is None or item is None:
+    if not load_settings(store).flags["collaboration"]:
         return None
+    found = covering(store, load_policies(store), item_id)
+    if found is None:
+        return None
+    item, policy = found
     return policy.label if policy.autonomy_for(item_kind(item.asked)) == "cosign" else None
 
 

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -50,6 +50,7 @@ from shep.workflows.base import (
 )
 from tests.fakellm import FakeLLM, RecordedRequest
 from tests.integration.clis import TOKEN, CliSetup
+from tests.integration.test_gate_real import _describe, _wait, fake_llm
 from tests.integration.test_run_real import Shep
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
@@ -129,34 +130,7 @@ WORKFLOWS = (
 
 # -- helpers ------------------------------------------------------------------------------
 
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLM]:
-    """The scripted LLM; it answers 401 to any key but shep's token."""
-    with FakeLLM(api_key=TOKEN) as llm:
-        yield llm
-
-
-def _describe(llm: FakeLLM) -> str:
-    return "\n".join(
-        f"  {r.method} {r.path} [{r.api}{' aux' if r.aux else ''}] -> {r.outcome}"
-        for r in llm.requests
-    )
-
-
-def _wait(shep: Shep, run_id: str, done: Callable[[dict[str, Any]], bool], what: str) -> None:
-    """Poll ``shep status RUN`` until ``done``; fail at once if the run failed or was cancelled."""
-    deadline = time.monotonic() + 180
-    row: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        row = json.loads(shep("status", run_id, "--json").stdout)
-        if done(row):
-            return
-        if row["status"] in ("failed", "cancelled", "interrupted"):
-            break
-        time.sleep(0.2)
-    log = shep("logs", run_id, check=False).stdout[-4000:]
-    raise AssertionError(f"waiting for {what}, the run is {row.get('status')}:\n{log}")
+__all__ = ["fake_llm"]  # the scripted LLM of the gate tests: 401 to any key but shep's
 
 
 def _user_text(request: RecordedRequest) -> str:

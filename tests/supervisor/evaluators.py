@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from events.inbox import (
 from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade, SupervisorDecisionRefused
 from shep.identity import host_name, process_start
+from tests.feature.conftest import git
 
 Reply = str | BaseException | Callable[[str], str]
 
@@ -177,29 +177,6 @@ def tracked(store: EventStore) -> int:
 
 
 # --- git ----------------------------------------------------------------------------------
-
-
-def git(repo: Path, *args: str) -> str:
-    """``git ARGS`` in ``repo``; its stdout, stripped (a failure fails the test)."""
-    done = subprocess.run(
-        ["git", *args], cwd=repo, capture_output=True, text=True, check=False, timeout=30
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
-    return done.stdout.strip()
-
-
-def make_repo(root: Path) -> Path:
-    """A git repository on ``main`` with one commit (README.md, src/app.py)."""
-    (root / "src").mkdir(parents=True)
-    (root / "README.md").write_text("# app\n")
-    (root / "src" / "app.py").write_text("print('hello')\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.name", "Test User")
-    git(root, "config", "user.email", "test@example.com")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "initial")
-    return root
 
 
 def commit(repo: Path, files: dict[str, str], message: str = "change") -> str:

@@ -25,6 +25,7 @@ from events.store import EventStore
 from events.supervisor import Guardrails, RuleResult, SupervisorDecisionMade
 from shep.supervisor import guardrails
 from shep.supervisor.process import Supervisor
+from tests.feature.conftest import git, make_repo
 from tests.supervisor.evaluators import (
     ScriptedEvaluator,
     ask,
@@ -32,9 +33,7 @@ from tests.supervisor.evaluators import (
     commit,
     decisions,
     feature_gate,
-    git,
     last_followed,
-    make_repo,
     policy,
     question,
     reply,
