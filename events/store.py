@@ -1,17 +1,26 @@
-"""The event store shep's commands write to: eventsourcing's ``EventStore`` on our apsw recorder.
+"""The event store shep's commands write to: eventsourcing's ``EventStore`` on our recorders.
+
+A path opens the SQLite file (our apsw recorder); a ``postgresql://`` URL
+opens the shared store (``events.postgres``). Both keep gap-free positions and
+the same hash chain, so every command works the same on either.
 
 This is the one place eventsourcing errors become shep errors: a duplicate
 (stream, version) is a ``ConcurrencyError``, a damaged file a
-``StoreCorruptedError``, an unwritable one a ``StoreUnavailableError``.
+``StoreCorruptedError``, an unwritable one or an unreachable server a
+``StoreUnavailableError``. On the shared store, a caller that sets
+``retry_for`` (a worker) rides out a lost connection: each call waits for the
+server, with backoff, up to that many seconds in all before it gives up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Self, cast
+from typing import Any, Self, TypeVar, cast
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -19,15 +28,22 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.persistence import (
     IntegrityError,
+    InterfaceError,
+    OperationalError,
     PersistenceError,
+    StoredEvent,
 )
 
 from events.base import Event
 from events.catalog import topic_of
-from events.errors import ConcurrencyError
+from events.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from events.mapper import MsgspecMapper
 from events.persistence import ApswDatastore, ApswProcessRecorder
+from events.postgres_url import is_postgres_url, redacted
+from events.postgres_url import store_error as pg_store_error
 from events.schema import DEFAULT_SYNCHRONOUS, store_error
+
+T = TypeVar("T")
 
 #: Bumped when the schema changes; tables are created when the file is older.
 SCHEMA_VERSION = 1
@@ -36,21 +52,97 @@ SCHEMA_VERSION = 1
 class EventStore:
     """Append events to streams with optimistic concurrency; load a stream back."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS) -> None:
-        self.path = Path(path)
-        self.datastore = ApswDatastore(str(path), synchronous=synchronous)
-        self.recorder = ApswProcessRecorder(self.datastore)
+    def __init__(
+        self, location: str | os.PathLike[str], *, synchronous: str = DEFAULT_SYNCHRONOUS
+    ) -> None:
+        where = os.fspath(location)
+        #: The shared store's URL, or None for a SQLite file.
+        self.url = where if is_postgres_url(where) else None
+        self.path = Path(redacted(where) if self.url else where)
+        #: Seconds a call may wait for a lost server (shared store only; 0: fail at once).
+        self.retry_for = 0.0
+        #: Told (once per outage) when a call starts waiting for the server, and when it is back.
+        self.on_retry: Callable[[str], None] | None = None
+        self._gave_up: StoreError | None = None
         self._mapper = MsgspecMapper()
+        if self.url is not None:
+            from events.postgres import PgDatastore, PgProcessRecorder
+
+            self.datastore: Any = PgDatastore(self.url)
+            self.recorder: Any = PgProcessRecorder(self.datastore)
+        else:
+            self.datastore = ApswDatastore(where, synchronous=synchronous)
+            self.recorder = ApswProcessRecorder(self.datastore)
         self._events = LibraryEventStore(mapper=self._mapper, recorder=self.recorder)
         try:
-            with self.datastore.borrow() as conn:
-                version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
-                if version < SCHEMA_VERSION:
+            if self.url is not None:
+                if not self._pg_has_tables():
                     self.recorder.create_table()
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            else:
+                with self.datastore.borrow() as conn:
+                    version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
+                    if version < SCHEMA_VERSION:
+                        self.recorder.create_table()
+                        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except PersistenceError as e:
             self.datastore.close()
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
+
+    @property
+    def shared(self) -> bool:
+        return self.url is not None
+
+    def _pg_has_tables(self) -> bool:
+        with self.datastore.transaction(commit=False) as curs:
+            row = curs.execute(
+                "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AS ok",
+                (self.recorder.events_table_name, self.recorder.tracking_table_name),
+            ).fetchone()
+        return bool(row and row["ok"])
+
+    def _error(self, error: BaseException) -> StoreError:
+        if self.url is not None:
+            return pg_store_error(error, self.url)
+        return store_error(error, self.path)
+
+    def _call(self, read: Callable[[], T]) -> T:
+        """``read()``, waiting for a lost server up to ``retry_for`` seconds (shared store)."""
+        self._check_given_up()
+        try:
+            return read()
+        except (OperationalError, InterfaceError) as e:
+            if self.url is None or self.retry_for <= 0:
+                raise
+            first = e
+        self._wait_for_server(first)
+        return self._call(read)
+
+    def _check_given_up(self) -> None:
+        if self._gave_up is not None:
+            raise StoreUnavailableError(str(self._gave_up))
+
+    def _wait_for_server(self, error: BaseException) -> None:
+        """Wait, with backoff, until the server answers again; give up after ``retry_for``."""
+        started = time.monotonic()
+        if self.on_retry is not None:
+            self.on_retry(f"lost the shared store ({self._error(error)}); retrying")
+        delay = 0.2
+        while True:
+            try:
+                self.recorder.max_notification_id()
+            except (OperationalError, InterfaceError) as e:
+                waited = time.monotonic() - started
+                if waited >= self.retry_for:
+                    self._gave_up = self._error(e)
+                    if self.on_retry is not None:
+                        self.on_retry(f"gave up after {waited:.1f}s: {self._gave_up}")
+                    raise self._gave_up from e
+                time.sleep(min(delay, max(0.0, self.retry_for - waited)))
+                delay = min(delay * 2, 5.0)
+                continue
+            if self.on_retry is not None:
+                self.on_retry(f"the shared store is back after {time.monotonic() - started:.1f}s")
+            return
 
     def append(
         self, events: Sequence[Event], *, tracking: tuple[str, int] | None = None
@@ -75,7 +167,7 @@ class EventStore:
             # The library's EventStore.put would also build a Recording per event;
             # commands only need the positions, so map and insert directly.
             to_stored = self._mapper.to_stored_event
-            ids = self.recorder.insert_events([to_stored(e) for e in events], **kwargs)
+            ids = self._insert([to_stored(e) for e in events], kwargs)
         except IntegrityError as e:
             if not events:
                 raise ConcurrencyError(
@@ -88,8 +180,23 @@ class EventStore:
                 f"(version {first.originator_version} is taken). Reload and try again."
             ) from e
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
         return list(ids or ())
+
+    def _insert(self, stored: list[StoredEvent], kwargs: dict[str, Any]) -> Any:
+        self._check_given_up()
+        try:
+            return self.recorder.insert_events(stored, **kwargs)
+        except (OperationalError, InterfaceError) as e:
+            if self.url is None or self.retry_for <= 0:
+                raise
+            self._wait_for_server(e)
+        # The commit may have reached the server before the connection dropped:
+        # the same events must not be stored twice.
+        stored_already = self._call(lambda: self.recorder.positions_if_stored(stored))
+        if stored_already is not None:
+            return stored_already
+        return self._insert(stored, kwargs)
 
     def load(
         self,
@@ -101,8 +208,11 @@ class EventStore:
         """The events of one stream, oldest first; only those of ``types`` if given."""
         try:
             if types is None:
-                return cast(list[Event], list(self._events.get(stream_id, gt=after_version)))
-            stored = self.recorder.select_events_of_topics(stream_id, [topic_of(t) for t in types])
+                return self._call(
+                    lambda: cast(list[Event], list(self._events.get(stream_id, gt=after_version)))
+                )
+            names = [topic_of(t) for t in types]
+            stored = self._call(lambda: self.recorder.select_events_of_topics(stream_id, names))
             to_event = self._mapper.to_domain_event
             return [
                 to_event(s)
@@ -110,42 +220,45 @@ class EventStore:
                 if after_version is None or s.originator_version > after_version
             ]
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
 
     def stream_version(self, stream_id: UUID) -> int:
         """The version of the stream's newest event, 0 for a stream with none."""
         try:
-            last = self.recorder.select_events(stream_id, desc=True, limit=1)
+            last = self._call(lambda: self.recorder.select_events(stream_id, desc=True, limit=1))
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
         return last[0].originator_version if last else 0
 
     def tracked_position(self, name: str) -> int:
         """The log position reader ``name`` has handled up to (0: none yet)."""
         try:
-            return self.recorder.max_tracking_id(name) or 0
+            return self._call(lambda: self.recorder.max_tracking_id(name)) or 0
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
 
     def positions_of(
         self, topics: Sequence[type[Event]], *, after: int, limit: int = 500
     ) -> list[tuple[int, Event]]:
         """The events of ``topics`` after log position ``after``, oldest first, with positions."""
         try:
-            notifications = self.recorder.select_notifications(
-                after, limit, topics=[topic_of(t) for t in topics], inclusive_of_start=False
+            names = [topic_of(t) for t in topics]
+            notifications = self._call(
+                lambda: self.recorder.select_notifications(
+                    after, limit, topics=names, inclusive_of_start=False
+                )
             )
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
         to_event = self._mapper.to_domain_event
         return [(n.id, cast(Event, to_event(n))) for n in notifications]
 
     def max_position(self) -> int:
         """The global position of the newest event, 0 when the store is empty."""
         try:
-            return self.recorder.max_notification_id() or 0
+            return self._call(self.recorder.max_notification_id) or 0
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -156,10 +269,15 @@ class EventStore:
         (starting an agent only while the worker owns the run).
         """
         try:
-            with self.datastore.hold():
-                yield
+            if self.url is None:
+                with self.datastore.hold():
+                    yield
+            else:
+                self._call(lambda: None)  # refuse at once after giving up
+                with self.datastore.hold(self.recorder.lock_table_statements):
+                    yield
         except PersistenceError as e:
-            raise store_error(e, self.path) from e
+            raise self._error(e) from e
 
     def close(self) -> None:
         self.datastore.close()

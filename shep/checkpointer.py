@@ -317,7 +317,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
             try:
                 last = self.store.recorder.select_events(stream, desc=True, limit=1)
             except PersistenceError as e:
-                raise store_error(e, self.store.path) from e
+                raise self.store._error(e) from e
             version = self._state.versions[stream] = last[0].originator_version if last else 0
         return version
 

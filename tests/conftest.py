@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from events.store import EventStore
+from tests.postgres_server import REQUIRE_ENV, PostgresServer, find_binaries
 
 
 @pytest.fixture(autouse=True)
@@ -29,3 +31,24 @@ def db_path(shep_home: Path) -> Path:
 def store(db_path: Path) -> Iterator[EventStore]:
     with EventStore(db_path) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (Debian's binaries, a temp cluster)."""
+    binaries = find_binaries()
+    if binaries is None:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail("PostgreSQL is required here but initdb/postgres were not found")
+        pytest.skip("PostgreSQL binaries not found (apt-get install postgresql)")
+    server = PostgresServer(binaries).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer) -> str:
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    return pg_server.database()

@@ -1,0 +1,403 @@
+"""The shared store: eventsourcing's PostgreSQL persistence, with shep's positions and hash chain.
+
+``EventStore(url)`` opens it for ``SHEP_DATABASE_URL=postgresql://...``. The
+library's datastore (psycopg pool, error translation) and tracking recorder
+are used as they are; the events table differs from the library's in two ways
+the log relies on, exactly as on SQLite (``events.persistence``):
+
+- ``notification_id`` is given by shep, not by a sequence: under the library's
+  ``EXCLUSIVE`` table lock each insert reads the head and takes the next
+  positions, so a rolled-back insert (a lost OCC race) leaves no gap.
+- Each row carries ``chain_hash = H(previous hash, event)``, over the same
+  bytes as on SQLite (the originator id as 32 hex digits), so a log copied
+  between the two keeps its hashes and ``shep audit verify`` reads both.
+
+Rows can't be updated or deleted: a trigger refuses it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    Notification,
+    NotSupportedError,
+    OperationalError,
+    PersistenceError,
+    ProgrammingError,
+    StoredEvent,
+    Tracking,
+)
+from eventsourcing.postgres import (
+    PostgresDatastore,
+    PostgresProcessRecorder,
+)
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Composed, Identifier
+
+from events.chain import GENESIS_HASH, chain_hash
+from events.postgres_url import redacted
+
+#: Seconds to wait for the server when connecting (libpq's connect_timeout).
+CONNECT_TIMEOUT = 3.0
+
+_TRANSLATED: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
+    (psycopg.InterfaceError, InterfaceError),
+    (psycopg.OperationalError, OperationalError),
+    (psycopg.DataError, DataError),
+    (psycopg.IntegrityError, IntegrityError),
+    (psycopg.InternalError, InternalError),
+    (psycopg.ProgrammingError, ProgrammingError),
+    (psycopg.NotSupportedError, NotSupportedError),
+    (psycopg.DatabaseError, DatabaseError),
+)
+
+
+def translate(error: psycopg.Error) -> PersistenceError:
+    """The library's PEP 249-named error for a psycopg error, as its datastore does."""
+    for driver, library in _TRANSLATED:
+        if isinstance(error, driver):
+            return library(str(error))
+    return PersistenceError(str(error))
+
+
+class PgDatastore(PostgresDatastore):
+    """The library's datastore, opened from a URL, with a held transaction per thread.
+
+    ``hold()`` keeps one connection in a transaction holding the events
+    table's write lock: every recorder call of the thread inside it runs in
+    that transaction (see ``EventStore.exclusive``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 2,
+        max_overflow: int = 8,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        originator_id_type: str = "uuid",
+        lock_timeout: int = 0,
+    ) -> None:
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError as e:
+            raise ProgrammingError(f"not a PostgreSQL URL: {redacted(url)}") from e
+        self.url = url
+        super().__init__(
+            dbname=str(params.pop("dbname", "")),
+            host=str(params.pop("host", "")),
+            port=str(params.pop("port", "")),
+            user=str(params.pop("user", "")),
+            password=str(params.pop("password", "")),
+            connect_timeout=connect_timeout,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            max_waiting=0,
+            lock_timeout=lock_timeout,
+            originator_id_type="text",
+        )
+        # Leave out what the URL did not say: libpq then reads PGHOST, PGPASSWORD,
+        # ~/.pgpass and the rest, as psql does.
+        kwargs = cast(dict[str, Any], self.pool.kwargs)
+        for key in ("dbname", "host", "port", "user", "password"):
+            if not kwargs.get(key):
+                kwargs.pop(key, None)
+        kwargs.update(params)
+        kwargs.setdefault("connect_timeout", max(1, round(connect_timeout)))
+        kwargs.setdefault("application_name", "shep")
+        self.id_type = originator_id_type
+        self._held = threading.local()
+
+    def register_type_adapters(self) -> None:
+        """Nothing to register: shep's statements use no composite types."""
+
+    def encode_id(self, originator_id: UUID | str) -> str:
+        return originator_id.hex if isinstance(originator_id, UUID) else originator_id
+
+    def decode_id(self, value: str) -> UUID | str:
+        return UUID(value) if self.id_type == "uuid" else value
+
+    @contextmanager
+    def get_connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        held: psycopg.Connection[DictRow] | None = getattr(self._held, "conn", None)
+        if held is None:
+            with super().get_connection() as conn:
+                yield conn
+            return
+        try:
+            yield held
+        except psycopg.Error as e:
+            raise translate(e) from e
+
+    @contextmanager
+    def hold(self, lock: Sequence[Composed]) -> Iterator[None]:
+        """Run the thread's recorder calls in one transaction that first takes ``lock``."""
+        if getattr(self._held, "conn", None) is not None:
+            yield  # already held by this thread
+            return
+        with super().get_connection() as conn, conn.transaction():
+            with conn.cursor() as curs:
+                for statement in lock:
+                    curs.execute(statement)
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
+
+
+class PgProcessRecorder(PostgresProcessRecorder):
+    """Events, gap-free positions, a hash chain, and tracking, on PostgreSQL."""
+
+    datastore: PgDatastore
+
+    def __init__(
+        self,
+        datastore: PgDatastore,
+        *,
+        events_table_name: str = "stored_events",
+        tracking_table_name: str = "notification_tracking",
+    ) -> None:
+        super().__init__(
+            datastore,
+            events_table_name=events_table_name,
+            tracking_table_name=tracking_table_name,
+        )
+        schema, table = Identifier(datastore.schema), Identifier(events_table_name)
+        tracking = [s for s in self.sql_create_statements if tracking_table_name in s.as_string()]
+        trigger = Identifier(f"{events_table_name}_append_only")
+        self.sql_create_statements = [
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
+                "notification_id bigint PRIMARY KEY, "
+                "originator_id text NOT NULL, "
+                "originator_version bigint NOT NULL, "
+                "topic text NOT NULL, "
+                "state bytea NOT NULL, "
+                "chain_hash bytea NOT NULL, "
+                "UNIQUE (originator_id, originator_version))"
+            ).format(schema=schema, table=table),
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.shep_append_only() RETURNS trigger "
+                "LANGUAGE plpgsql AS $$ BEGIN "
+                "RAISE EXCEPTION 'events are append-only'; END $$"
+            ).format(schema=schema),
+            SQL(
+                "CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE OR DELETE ON "
+                "{schema}.{table} FOR EACH ROW EXECUTE FUNCTION {schema}.shep_append_only()"
+            ).format(trigger=trigger, schema=schema, table=table),
+            *tracking,
+        ]
+        columns = SQL(
+            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
+        ).format(schema=schema, table=table)
+        self._select_events = columns + SQL("WHERE originator_id = %s")
+        self._select_topics = columns + SQL(
+            "WHERE originator_id = %s AND topic = ANY(%s) ORDER BY originator_version"
+        )
+        self._select_notifications = SQL(
+            "SELECT notification_id, originator_id, originator_version, topic, state "
+            "FROM {schema}.{table}"
+        ).format(schema=schema, table=table)
+        self._select_head = SQL(
+            "SELECT notification_id, chain_hash FROM {schema}.{table} "
+            "ORDER BY notification_id DESC LIMIT 1"
+        ).format(schema=schema, table=table)
+        self._insert = SQL("INSERT INTO {schema}.{table} VALUES (%s, %s, %s, %s, %s, %s)").format(
+            schema=schema, table=table
+        )
+        self._select_positions = SQL(
+            "SELECT notification_id, state FROM {schema}.{table} "
+            "WHERE originator_id = %s AND originator_version = %s"
+        ).format(schema=schema, table=table)
+
+    def create_table(self) -> None:
+        # Several processes may create the tables at once: DDL on PostgreSQL can
+        # fail with "tuple concurrently updated" then; an advisory lock queues them.
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute("SELECT pg_advisory_xact_lock(7364657)")
+            for statement in self.sql_create_statements:
+                curs.execute(statement, prepare=False)
+        super().create_table()  # the library's tracking-table migration bookkeeping
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        if not stored_events and kwargs.get("tracking") is None:
+            return []
+        with self.datastore.transaction(commit=True) as curs:
+            tracking: Tracking | None = kwargs.get("tracking")
+            if tracking is not None:
+                self._insert_tracking(curs, tracking)
+            return self._insert_chained(curs, stored_events)
+
+    def _insert_chained(
+        self, curs: psycopg.Cursor[DictRow], stored_events: Sequence[StoredEvent]
+    ) -> list[int]:
+        if not stored_events:
+            return []
+        self._lock_table(curs)
+        self._notify_channel(curs)
+        head = curs.execute(self._select_head, prepare=True).fetchone()
+        position, previous = (
+            (int(head["notification_id"]), bytes(head["chain_hash"])) if head else (0, GENESIS_HASH)
+        )
+        encode_id = self.datastore.encode_id
+        rows = []
+        ids = []
+        for s in stored_events:
+            position += 1
+            oid = encode_id(s.originator_id)
+            previous = chain_hash(
+                previous, position, oid.encode(), s.originator_version, s.topic.encode(), s.state
+            )
+            rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
+            ids.append(position)
+        curs.executemany(self._insert, rows)
+        return ids
+
+    def positions_if_stored(self, stored_events: Sequence[StoredEvent]) -> list[int] | None:
+        """The positions of these very events if the store holds them all, else None.
+
+        For a retry after a lost connection: the insert may have committed
+        before the connection dropped, and must not be applied twice.
+        """
+        if not stored_events:
+            return None
+        encode_id = self.datastore.encode_id
+        ids = []
+        with self.datastore.transaction(commit=False) as curs:
+            for s in stored_events:
+                row = curs.execute(
+                    self._select_positions, (encode_id(s.originator_id), s.originator_version)
+                ).fetchone()
+                if row is None or bytes(row["state"]) != s.state:
+                    return None
+                ids.append(int(row["notification_id"]))
+        return ids
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        statement = self._select_events
+        params: list[Any] = [self.datastore.encode_id(originator_id)]
+        if gt is not None:
+            statement += SQL(" AND originator_version > %s")
+            params.append(gt)
+        if lte is not None:
+            statement += SQL(" AND originator_version <= %s")
+            params.append(lte)
+        statement += SQL(
+            " ORDER BY originator_version DESC" if desc else " ORDER BY originator_version"
+        )
+        if limit is not None:
+            statement += SQL(" LIMIT %s")
+            params.append(limit)
+        decode_id = self.datastore.decode_id
+        with self.datastore.transaction(commit=False) as curs:
+            return [
+                StoredEvent(
+                    originator_id=decode_id(row["originator_id"]),
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in curs.execute(statement, params, prepare=True)
+            ]
+
+    def select_events_of_topics(
+        self, originator_id: UUID | str, topics: Sequence[str]
+    ) -> Sequence[StoredEvent]:
+        """The originator's events whose topic is one of ``topics``, oldest first."""
+        decode_id = self.datastore.decode_id
+        with self.datastore.transaction(commit=False) as curs:
+            return [
+                StoredEvent(
+                    decode_id(row["originator_id"]),
+                    row["originator_version"],
+                    row["topic"],
+                    bytes(row["state"]),
+                )
+                for row in curs.execute(
+                    self._select_topics,
+                    (self.datastore.encode_id(originator_id), list(topics)),
+                    prepare=True,
+                )
+            ]
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        clauses: list[SQL] = []
+        params: list[Any] = []
+        if start is not None:
+            clauses.append(
+                SQL("notification_id >= %s" if inclusive_of_start else "notification_id > %s")
+            )
+            params.append(start)
+        if stop is not None:
+            clauses.append(SQL("notification_id <= %s"))
+            params.append(stop)
+        if topics:
+            clauses.append(SQL("topic = ANY(%s)"))
+            params.append(list(topics))
+        statement = self._select_notifications
+        if clauses:
+            statement += SQL(" WHERE ") + SQL(" AND ").join(clauses)
+        statement += SQL(" ORDER BY notification_id LIMIT %s")
+        params.append(limit)
+        decode_id = self.datastore.decode_id
+        with self.datastore.transaction(commit=False) as curs:
+            return [
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=decode_id(row["originator_id"]),
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in curs.execute(statement, params, prepare=True)
+            ]
+
+
+class PgAggregateRecorder(PgProcessRecorder):
+    """The same table, answering as eventsourcing's aggregate recorders do: no positions."""
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        super().insert_events(stored_events, **kwargs)
+        return None
+
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "PgAggregateRecorder",
+    "PgDatastore",
+    "PgProcessRecorder",
+    "translate",
+]
