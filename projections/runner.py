@@ -27,6 +27,8 @@ from projections.database import (
     lag,
     positions,
 )
+from projections.mirror import pull_registered
+from projections.mirror import url_of as mirror_url_of
 from projections.schema import INDEX_DDL, PROJECTIONS
 
 _TRACK = (
@@ -41,8 +43,11 @@ def catch_up(conn: apsw.Connection, *, batch_size: int = 5000) -> int:
 
     Missing tables or indexes are created first (a killed rebuild leaves its
     tables without indexes). A read-only store is left as it is: its
-    projections are read as they are, and this returns 0.
+    projections are read as they are, and this returns 0. A home's copy of a
+    shared log (``projections.mirror``) is brought up to date from the server first.
     """
+    if mirror_url_of(conn) is not None:
+        pull_registered(conn)
     try:
         if conn.readonly("main") or lag(conn) <= 0:
             return 0

@@ -8,7 +8,8 @@ import socket
 
 
 def host_name() -> str:
-    return socket.gethostname()
+    """This machine's name as runs record it (``SHEP_HOST`` overrides: two homes, two "hosts")."""
+    return os.environ.get("SHEP_HOST") or socket.gethostname()
 
 
 def user_actor(as_: str | None = None) -> str:

@@ -17,6 +17,9 @@ from events.runs import RunStatus
 from events.schema import ensure_home, home_from_env
 from projections.database import has_schema, lag, open_database
 
+#: The file a home on a shared store keeps its copy of the log and its projections in.
+SHARED_COPY = "shared-cache.db"
+
 #: Statuses whose run needs a live process: orphan detection looks only at these.
 _NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
@@ -33,9 +36,20 @@ class Runtime:
     dataclasses nor pathlib; ``home``/``db_path`` give ``Path``s to those who need them.
     """
 
-    def __init__(self, home: str | os.PathLike[str], *, debug: bool = False) -> None:
+    def __init__(
+        self, home: str | os.PathLike[str], *, debug: bool = False, store_url: str | None = None
+    ) -> None:
         self.home_dir = os.fspath(home)
-        self.db_file = os.path.join(self.home_dir, "shep.db")
+        #: The shared store's URL (PostgreSQL), or None: the log is this home's shep.db.
+        self.store_url = store_url
+        if store_url is None:
+            self.db_file = os.path.join(self.home_dir, "shep.db")
+        else:
+            # This home's verified copy of the shared log, with its projections.
+            self.db_file = os.path.join(self.home_dir, SHARED_COPY)
+            from projections.mirror import register
+
+            register(self.db_file, store_url)
         self.debug = debug
         self._read: apsw.Connection | None = None
         self._store: EventStore | None = None
@@ -44,7 +58,17 @@ class Runtime:
 
     @classmethod
     def from_environment(cls, *, debug: bool = False) -> Runtime:
-        return cls(home_from_env(), debug=debug)
+        from pathlib import Path
+
+        from shep.secrets import configured_store_url
+
+        home = home_from_env()
+        return cls(home, debug=debug, store_url=configured_store_url(Path(home)))
+
+    @property
+    def shared(self) -> bool:
+        """Whether the log is a shared store (PostgreSQL) rather than this home's file."""
+        return self.store_url is not None
 
     @property
     def home(self) -> Path:
@@ -82,6 +106,10 @@ class Runtime:
                     conn.close()
                     raise
             self._read = conn
+            if self.store_url is not None and not conn.readonly("main"):
+                from projections.mirror import pull_registered
+
+                pull_registered(conn)
             behind = lag(conn)
             if behind > 0 and conn.readonly("main"):
                 print(
@@ -112,12 +140,12 @@ class Runtime:
             from events.store import EventStore
 
             ensure_home(self.home_dir)
-            self._store = EventStore(self.db_file)
+            self._store = EventStore(self.store_url or self.db_file)
         return self._store
 
     def has_store(self) -> bool:
-        """Whether this home has an event store yet (an empty home has none)."""
-        return os.path.exists(self.db_file)
+        """Whether this home has an event store yet (an empty home has none; a shared one has)."""
+        return self.store_url is not None or os.path.exists(self.db_file)
 
     def check_orphans(self) -> int:
         """Mark running (or never started) runs whose process is gone as interrupted.

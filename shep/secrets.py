@@ -117,3 +117,25 @@ def _write_error(path: Path, e: OSError) -> SecretsError:
     return SecretsError(
         f"Cannot write {path} ({e.strerror}). Check that {path.parent} is writable."
     )
+
+
+#: The shared store's URL is kept with the tokens: it may hold a password.
+STORE_URL_KEY = "store:url"
+STORE_URL_ENV = "SHEP_DATABASE_URL"
+
+
+def load_store_url(home: Path) -> str | None:
+    """The shared store this home was pointed at with ``shep settings store``, if any."""
+    if not secrets_path(home).is_file():
+        return None
+    return _read(home).get(STORE_URL_KEY)
+
+
+def save_store_url(home: Path, url: str | None) -> None:
+    """Point this home at a shared store (None: back to its own SQLite file)."""
+    save_token(home, STORE_URL_KEY, url)
+
+
+def configured_store_url(home: Path) -> str | None:
+    """``$SHEP_DATABASE_URL``, else the URL saved for this home, else None (SQLite)."""
+    return os.environ.get(STORE_URL_ENV) or load_store_url(home)

@@ -1,0 +1,236 @@
+"""A home on a shared store keeps a verified copy of the log, and its projections, in SQLite.
+
+The shared log lives in PostgreSQL; ``$SHEP_HOME/shared-cache.db`` holds, position for
+position, a copy of its ``stored_events`` and, beside it, the same projections a
+home on SQLite keeps. Everything that reads (status, logs, the inbox, replay,
+audit) reads the copy, so it stays fast and works, as of the last copy, while the
+server is away.
+
+``pull`` copies what the server has past the copy's head. Nothing is taken on
+trust: each row's chain hash is computed again from the one before it and must
+equal the server's, and the server's hash at the copy's head must equal the
+copy's, so a copy is never continued from another store's log.
+
+Only psycopg is imported, not eventsourcing: ``shep status`` on a shared store
+pays for one connection and one query when nothing is new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+import apsw
+
+from events.chain import GENESIS_HASH, chain_hash
+from events.errors import ChainBrokenError, StoreError, StoreUnavailableError
+from events.postgres_url import store_error, where
+from events.schema import immediate_transaction
+
+#: Seconds to wait for the server before reading the copy as it is.
+CONNECT_TIMEOUT = 3
+
+_SYNC_DDL = (
+    "CREATE TABLE IF NOT EXISTS shared_log ("
+    "id INTEGER PRIMARY KEY CHECK (id = 1), url_where TEXT NOT NULL, synced_at REAL NOT NULL)"
+)
+_SELECT_AFTER = (
+    "SELECT notification_id, originator_id, originator_version, topic, state, chain_hash "
+    "FROM stored_events WHERE notification_id > %s ORDER BY notification_id LIMIT %s"
+)
+_INSERT = "INSERT INTO stored_events VALUES (?, ?, ?, ?, ?, ?)"
+
+#: Copies this process keeps: database file -> URL of the shared store.
+_copies: dict[str, str] = {}
+#: Open connections, one per URL.
+_connections: dict[str, Any] = {}
+#: URLs found unreachable by this process: not tried again until ``forget_offline``.
+_offline: set[str] = set()
+
+
+def register(path: str, url: str) -> None:
+    """Make ``catch_up`` of the database at ``path`` pull from ``url`` first."""
+    _copies[os.path.abspath(path)] = url
+
+
+def url_of(conn: apsw.Connection) -> str | None:
+    """The shared store this database is a copy of, or None for a home's own store."""
+    return _copies.get(os.path.abspath(conn.filename)) if _copies else None
+
+
+def is_offline(url: str) -> bool:
+    return url in _offline
+
+
+def forget_offline() -> None:
+    """Try unreachable servers again (a follower polling for their return)."""
+    _offline.clear()
+
+
+def _connect(url: str) -> Any:
+    conn = _connections.get(url)
+    if conn is not None and not conn.closed:
+        return conn
+    import psycopg
+
+    conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=True)
+    _connections[url] = conn
+    return conn
+
+
+def _drop(url: str) -> None:
+    conn = _connections.pop(url, None)
+    if conn is not None:
+        # A broken connection may fail to close; it is gone either way.
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def pull(conn: apsw.Connection, url: str, *, batch_size: int = 5000) -> int:
+    """Copy the server's events past the copy's head into it; return how many were copied.
+
+    Raises ``StoreUnavailableError`` when the server can't be reached (and marks
+    it offline for this process), ``ChainBrokenError`` when a row's hash does not
+    follow, ``StoreError`` when the copy was made from another store.
+    """
+    import psycopg
+
+    copied = 0
+    try:
+        server = _connect(url)
+        while True:
+            with immediate_transaction(conn):
+                head = conn.execute(
+                    "SELECT notification_id, chain_hash FROM stored_events "
+                    "ORDER BY notification_id DESC LIMIT 1"
+                ).fetchone()
+                position, previous = (int(head[0]), bytes(head[1])) if head else (0, GENESIS_HASH)
+                if head is not None and copied == 0:
+                    _check_same_log(server, url, position, previous)
+                rows = server.execute(_SELECT_AFTER, (position, batch_size)).fetchall()
+                checked = []
+                for nid, oid, version, topic, raw_state, raw_hash in rows:
+                    position += 1
+                    state, stored_hash = bytes(raw_state), bytes(raw_hash)
+                    expected = chain_hash(
+                        previous, position, oid.encode(), version, topic.encode(), state
+                    )
+                    if nid != position or expected != stored_hash:
+                        raise ChainBrokenError(
+                            f"The shared store at {where(url)} breaks its hash chain at "
+                            f"position {position}: not copied. Run `shep audit verify`."
+                        )
+                    previous = stored_hash
+                    checked.append((nid, oid, version, topic, state, stored_hash))
+                conn.executemany(_INSERT, checked)
+                _mark_synced(conn, url)
+            copied += len(rows)
+            if len(rows) < batch_size:
+                return copied
+    except psycopg.errors.UndefinedTable:
+        # The server has no log yet: nothing to copy.
+        _mark_synced_now(conn, url)
+        return copied
+    except psycopg.Error as e:
+        _drop(url)
+        _offline.add(url)
+        raise store_error(e, url) from e
+    except apsw.Error as e:
+        from events.schema import store_error as sqlite_error
+
+        raise sqlite_error(e, conn.filename) from e
+
+
+def _check_same_log(server: Any, url: str, position: int, head_hash: bytes) -> None:
+    row = server.execute(
+        "SELECT chain_hash FROM stored_events WHERE notification_id = %s", (position,)
+    ).fetchone()
+    if row is None or bytes(row[0]) != head_hash:
+        raise StoreError(
+            f"This home's copy of the log (shared-cache.db, {position} events) was made "
+            f"from another store than {where(url)}. Move it aside; the next command "
+            "copies the log anew."
+        )
+
+
+def _mark_synced(conn: apsw.Connection, url: str) -> None:
+    conn.execute(_SYNC_DDL)
+    conn.execute(
+        "INSERT INTO shared_log VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE "
+        "SET url_where = excluded.url_where, synced_at = excluded.synced_at",
+        (where(url), time.time()),
+    )
+
+
+def _mark_synced_now(conn: apsw.Connection, url: str) -> None:
+    with immediate_transaction(conn):
+        _mark_synced(conn, url)
+
+
+def staleness(conn: apsw.Connection) -> tuple[float | None, int]:
+    """Seconds since the copy was last brought up to date (None: never), and its event count."""
+    try:
+        row = conn.execute("SELECT synced_at FROM shared_log WHERE id = 1").fetchone()
+    except apsw.SQLError:
+        row = None
+    count = conn.execute("SELECT coalesce(max(notification_id), 0) FROM stored_events").fetchone()
+    age = time.time() - float(row[0]) if row else None
+    return age, int(count[0]) if count else 0
+
+
+def describe_staleness(conn: apsw.Connection) -> str:
+    """``copied 12s ago, 340 events`` (or ``never copied``), for the offline notice."""
+    age, count = staleness(conn)
+    if age is None:
+        return f"never copied, {count} events"
+    return f"copied {_ago(age)} ago, {count} events"
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(0, round(seconds))}s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)}m"
+    if seconds < 36 * 3600:
+        return f"{round(seconds / 3600)}h"
+    return f"{round(seconds / 86400)}d"
+
+
+def pull_registered(conn: apsw.Connection) -> bool:
+    """``pull`` if ``conn`` is a registered copy; False when its server can't be reached.
+
+    The first time a process finds the server away it says so in one line on
+    stderr, with how old the copy it reads instead is; later calls read the
+    copy as it is without trying again (``forget_offline`` to try again).
+    """
+    url = url_of(conn)
+    if url is None:
+        return True
+    if url in _offline:
+        return False
+    try:
+        pull(conn, url)
+    except StoreUnavailableError as e:
+        import sys
+
+        print(
+            f"shep: {e} Showing this machine's copy of the log ({describe_staleness(conn)}).",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "describe_staleness",
+    "forget_offline",
+    "is_offline",
+    "pull",
+    "pull_registered",
+    "register",
+    "staleness",
+    "url_of",
+]
