@@ -126,17 +126,22 @@ def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:
     )
 
 
-def list_runs_to_resume(conn: apsw.Connection) -> list[str]:
-    """Waiting runs with a decided item they are suspended on: nobody resumed them yet."""
-    return [
-        str(r[0])
-        for r in conn.execute(
-            "SELECT DISTINCT i.run_id FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            "WHERE i.awaited=1 AND i.status!='pending' "
-            f"AND r.status IN ({','.join('?' * len(_WAITING))})",
-            _WAITING,
-        )
-    ]
+def list_runs_to_resume(conn: apsw.Connection, *, host: str | None = None) -> list[str]:
+    """Waiting runs with a decided item they are suspended on: nobody resumed them yet.
+
+    With ``host`` (a shared store), only the runs that last ran on that host:
+    a run goes on where its repository is.
+    """
+    statement = (
+        "SELECT DISTINCT i.run_id FROM inbox i JOIN runs r ON r.run_id = i.run_id "
+        "WHERE i.awaited=1 AND i.status!='pending' "
+        f"AND r.status IN ({','.join('?' * len(_WAITING))})"
+    )
+    params: tuple[str, ...] = _WAITING
+    if host is not None:
+        statement += " AND r.host = ?"
+        params = (*_WAITING, host)
+    return [str(r[0]) for r in conn.execute(statement, params)]
 
 
 def count_rejections(conn: apsw.Connection, run_id: str, phase: str) -> int:

@@ -46,7 +46,12 @@ def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True)
             catch_up(conn)
             pending, stranded = count_pending(conn), _awaited_decisions(conn)
         if stranded:
-            for run_id in list_runs_to_resume(conn):
+            here = None
+            if runtime.shared:
+                from shep.identity import host_name
+
+                here = host_name()
+            for run_id in list_runs_to_resume(conn, host=here):
                 _resume(runtime, run_id)
     if pending and notice and notice_enabled(conn):
         print(f"{pending} waiting in the inbox: shep inbox", file=sys.stderr)

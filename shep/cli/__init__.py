@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "cancel": "shep.cli.run:cancel",
     "workflows": "shep.cli.run:workflows",
     "_worker": "shep.cli.run:worker",
+    "_await": "shep.cli.run:await_decision",
     "demo": "shep.cli.demo:demo",
     "inbox": "shep.cli.inbox:inbox",
     "answer": "shep.cli.inbox:answer",
@@ -48,7 +49,9 @@ _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
 #: `replay` writes nothing at all (the orphan check would append events).
 #: `supervisor` decides items of any run: a run it resumes is started by it, not orphaned.
-_NO_ORPHAN_CHECK = frozenset({"_worker", "workflows", "demo", "audit", "replay", "supervisor"})
+_NO_ORPHAN_CHECK = frozenset(
+    {"_worker", "_await", "workflows", "demo", "audit", "replay", "supervisor"}
+)
 
 #: Driver errors that say the store itself failed (anything else is a bug of ours).
 _STORE_FAILURES = (

@@ -281,6 +281,16 @@ def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None
         # Running: its worker takes the decision before it waits again. Ended: nothing
         # to resume.
         return
+    if runtime.shared and state.host:
+        from shep.identity import host_name
+
+        if state.host != host_name():
+            click.echo(
+                f"Run {run_hex[:8]} goes on on {state.host}, where it runs: it resumes "
+                "there with this decision.",
+                err=True,
+            )
+            return
     try:
         launch(runtime, run_id, resume=True, background=not wait, timeout=None, quiet=True)
     except InvalidTransitionError:

@@ -24,8 +24,11 @@ from shep.runtime import Runtime
 if TYPE_CHECKING:
     from commands.run_state import RunState
     from events.runs import RunStatus
+    from events.store import EventStore
     from shep.runner import Runner
 
+#: The statuses of a run suspended on the inbox, by name (no eventsourcing import).
+_WAITING_NAMES = ("waiting_answer", "waiting_approval")
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
@@ -196,6 +199,27 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
     for line in stop_worker(pid, started, run_id, grace=grace):
         click.echo(line)
     click.echo(f"Cancelled run {run_id.hex[:8]}.")
+    if running and pid is None and before.host:
+        click.echo(
+            f"Its worker runs on {before.host}: it stops, with its agent, at its next heartbeat."
+        )
+
+
+def _ride_out_outages(runtime: Runtime, store: EventStore) -> None:
+    """A worker on a shared store waits for a lost server up to the orphan window.
+
+    Meanwhile its agent keeps running and its events wait in memory; they are
+    recorded once the server is back. Past the window other hosts take the run
+    for interrupted, so the worker gives up and stops rather than write after that.
+    """
+    from shep.recovery import orphan_after
+
+    store.retry_for = orphan_after(runtime.read_db())
+
+    def say(message: str) -> None:
+        click.echo(f"shep: run worker {os.getpid()}: {message}", err=True)
+
+    store.on_retry = say
 
 
 @click.command("_worker", hidden=True)
@@ -206,6 +230,37 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
 def worker(runtime: Runtime, run_id: str, is_resume: bool, timeout: float | None) -> None:
     """Execute a run in this (detached) process."""
     execute_run(runtime, UUID(run_id), resume=is_resume, background=True, timeout=timeout)
+
+
+@click.command("_await", hidden=True)
+@click.argument("run_id")
+@click.option("--every", type=float, default=2.0)
+@click.pass_obj
+def await_decision(runtime: Runtime, run_id: str, every: float) -> None:
+    """Wait, on the run's own host, for a decision made on another host; then resume the run.
+
+    On a shared store a person may answer from any machine, but the run goes
+    on where its repository is. Its worker starts this waiter when it suspends
+    the run; the waiter ends once the run is resumed, ends, or leaves this host.
+    """
+    import time
+
+    from projections.mirror import forget_offline
+    from projections.queries import get_run
+    from projections.runner import catch_up
+
+    while True:
+        forget_offline()
+        conn = runtime.read_db()
+        catch_up(conn)
+        run = get_run(conn, run_id)
+        if run is None or run["status"] not in _WAITING_NAMES:
+            return
+        runtime.check_inbox(notice=False)
+        if run_id in runtime.resumed:
+            click.echo(f"Run {run_id[:8]} decided: resumed in worker {runtime.resumed[run_id]}.")
+            return
+        time.sleep(every)
 
 
 def _check_binary(agent_type: str, binary: str | None) -> None:
@@ -424,6 +479,8 @@ def execute_run(
     from shep.worker import wait_until_assigned
 
     store = runtime.store()
+    if store.shared:
+        _ride_out_outages(runtime, store)
     me = os.getpid()
     if background:
         # The launcher records the start with this worker's pid; wait until it has.
@@ -495,6 +552,11 @@ def _report(
         # still running and left it to us: start the worker that takes it.
         catch_up(runtime.read_db())
         runtime.check_inbox(notice=False)
+        if runtime.shared and run_id.hex not in runtime.resumed:
+            # A decision may come from another machine: wait for it here, where the run goes on.
+            from shep.worker import log_path, spawn_shep
+
+            spawn_shep(runtime.home, ["_await", run_id.hex], log_path(runtime.home, run_id))
         return
     if status is RunStatus.INTERRUPTED:
         click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
