@@ -137,6 +137,7 @@ from projections.checkpoints import (
     list_writes,
 )
 from projections.database import open_database
+from projections.mirror import pull_registered, url_of
 from projections.runner import catch_up
 
 #: Builds the outbox's events for a stream, numbered after the version it is given.
@@ -524,12 +525,15 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
 
         For a read of one stream, a projection that already holds that stream's
         newest event is current enough: the catch-up (which applies everything
-        to every projection) is left to the next reader that needs it.
+        to every projection) is left to the next reader that needs it. A copy of
+        a shared log is brought up to the server first.
         """
         self.flush()
         with self._state.read_lock:
             conn = self._connection()
             try:
+                if url_of(conn) is not None:
+                    pull_registered(conn)
                 if stream is not None and is_stream_current(conn, stream.hex):
                     return
                 catch_up(conn)

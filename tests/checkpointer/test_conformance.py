@@ -1,11 +1,16 @@
-"""The saver passes LangGraph's checkpointer conformance suite, base and extended."""
+"""The saver passes LangGraph's checkpointer conformance suite, base and extended.
+
+On both backends: the home's own SQLite store, and a shared PostgreSQL store
+read through the home's verified copy (``projections.mirror``).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import (
     BASE_CAPABILITIES,
@@ -13,13 +18,29 @@ from langgraph.checkpoint.conformance.capabilities import (
 )
 
 from events.store import EventStore
+from projections.mirror import register
 from shep.checkpointer import EventStoreCheckpointSaver
 
 IMPLEMENTED_EXTENDED = {"delete_for_runs", "copy_thread", "prune"}
 
 
-def test_conformance(store: EventStore, db_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, db_path: Path) -> Iterator[tuple[EventStore, Path]]:
+    """The store the saver appends to and the database it reads, on either backend."""
+    if request.param == "sqlite":
+        with EventStore(db_path) as store:
+            yield store, db_path
+        return
+    url = request.getfixturevalue("pg_url")
+    copy = db_path.with_name("shared-cache.db")
+    register(str(copy), url)
+    with EventStore(url) as store:
+        yield store, copy
+
+
+def test_conformance(backend: tuple[EventStore, Path]) -> None:
     """Every base capability passes, and so does every extended one the saver implements."""
+    store, db_path = backend
 
     @checkpointer_test(name="EventStoreCheckpointSaver")
     async def factory() -> AsyncIterator[EventStoreCheckpointSaver]:
