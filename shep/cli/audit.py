@@ -77,17 +77,14 @@ def verify(
             raise _option_error("--anchor works on the store or an --export file, not a bundle.")
         _verify_bundle(Path(bundle_file))
         return
-    runtime.require_home()
-    if not os.path.exists(runtime.db_file):
-        raise StoreUnavailableError(f"No event store at {runtime.db_file}: nothing to verify.")
-    conn = open_log(runtime.db_file)
-    try:
-        report = verify_chain(conn, anchor_position=anchor_position)
-    finally:
-        conn.close()
-    if not report.ok:
-        raise ChainBrokenError(_broken(report, runtime.db_file))
-    line = f"OK: {report.events} events verify. "
+    if runtime.store_url is not None:
+        report, line = _verify_shared(runtime, runtime.store_url, anchor_position)
+    else:
+        runtime.require_home()
+        if not os.path.exists(runtime.db_file):
+            raise StoreUnavailableError(f"No event store at {runtime.db_file}: nothing to verify.")
+        report = _verify_file(runtime.db_file, anchor_position)
+        line = f"OK: {report.events} events verify. "
     if anchor_position is not None:
         if anchor_position > report.events:
             raise ChainBrokenError(
@@ -96,6 +93,49 @@ def verify(
             )
         line += _anchor_matches(anchor_position, anchor_hash, report.anchor_hash)
     click.echo(line + f"Head hash: {report.head_hash.hex()}")
+
+
+def _verify_file(path: str, anchor_position: int | None) -> ChainReport:
+    conn = open_log(path)
+    try:
+        report = verify_chain(conn, anchor_position=anchor_position)
+    finally:
+        conn.close()
+    if not report.ok:
+        raise ChainBrokenError(_broken(report, path))
+    return report
+
+
+def _verify_shared(
+    runtime: Runtime, url: str, anchor_position: int | None
+) -> tuple[ChainReport, str]:
+    """The server's chain, then this home's copy against it (the copy alone when offline)."""
+    from events.postgres_url import where
+    from events.postgres_verify import verify_pg_chain
+
+    copy = _verify_file(runtime.db_file, None) if os.path.exists(runtime.db_file) else None
+    try:
+        report = verify_pg_chain(url, anchor_position=anchor_position)
+        at_copy = verify_pg_chain(url, anchor_position=copy.events) if copy else None
+    except StoreUnavailableError as e:
+        if copy is None:
+            raise
+        click.echo(f"shep: {e} Verifying this machine's copy of the log only.", err=True)
+        if anchor_position is not None:
+            copy = _verify_file(runtime.db_file, anchor_position)
+        return copy, f"OK: this machine's copy ({copy.events} events) verifies. "
+    if not report.ok:
+        raise ChainBrokenError(_broken(report, f"the shared store at {where(url)}"))
+    line = f"OK: {report.events} events verify on the shared store at {where(url)}. "
+    if copy is not None and at_copy is not None:
+        if copy.events and at_copy.anchor_hash != copy.head_hash:
+            raise ChainBrokenError(
+                f"This machine's copy of the log ({runtime.db_file}, {copy.events} events) "
+                f"differs from the shared store at position {copy.events}: it was made from "
+                "another store or edited. Move it aside; the next command copies the log anew."
+            )
+        line += f"This machine's copy ({copy.events} events) matches. "
+    return report, line
 
 
 def _anchor_matches(position: int, expected: bytes, found: bytes | None) -> str:
