@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "replay": "shep.cli.replay:replay",
     "fork": "shep.cli.fork:fork",
     "supervisor": "shep.cli.supervisor:supervisor",
+    "store": "shep.cli.store:store",
 }
 
 INTERNAL_ERROR_EXIT = 70

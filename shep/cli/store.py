@@ -1,0 +1,133 @@
+"""``shep store migrate``: copy a home's SQLite log into an empty shared PostgreSQL store."""
+
+from __future__ import annotations
+
+import os
+import sys
+from itertools import islice
+from typing import TYPE_CHECKING
+
+import click
+
+from shep.runtime import Runtime
+
+if TYPE_CHECKING:
+    import apsw
+
+    from events.store import EventStore
+
+_BATCH = 5000
+
+
+@click.group("store")
+def store() -> None:
+    """The event log itself: move a home's log into a shared store."""
+
+
+@store.command("migrate")
+@click.option(
+    "--to",
+    "target",
+    metavar="URL",
+    help="postgresql://USER@HOST:PORT/DB (no password: PGPASSWORD or ~/.pgpass); "
+    "default: the store this home points at (`shep settings store`).",
+)
+@click.option("--to-stdin", is_flag=True, help="Read the target URL from standard input.")
+@click.pass_obj
+def migrate(runtime: Runtime, target: str | None, to_stdin: bool) -> None:
+    """Copy $SHEP_HOME/shep.db into an empty shared store, position for position.
+
+    The chain is verified on both sides and both head hashes are printed: they
+    are equal, since every event keeps its position and its hash. A target that
+    already holds events is refused; the source is only read.
+    """
+    from events.audit import open_log, verify_chain
+    from events.errors import ChainBrokenError, SettingsError, StoreError, StoreUnavailableError
+    from events.postgres_url import has_password, is_postgres_url, redacted, where
+    from events.postgres_verify import verify_pg_chain
+    from events.store import EventStore
+
+    if to_stdin:
+        if target is not None:
+            raise SettingsError("Give --to or --to-stdin, not both.")
+        target = sys.stdin.readline().strip()
+    elif target is not None and has_password(target):
+        raise SettingsError(
+            "--to must not hold a password: it would show in the process list. "
+            "Use PGPASSWORD, ~/.pgpass, or pipe the URL to --to-stdin."
+        )
+    target = target or runtime.store_url
+    if target is None:
+        raise SettingsError(
+            "Give the shared store: shep store migrate --to postgresql://USER@HOST/DB "
+            "(or point this home at it first with `shep settings store --url`)."
+        )
+    if not is_postgres_url(target):
+        raise SettingsError(f"Not a PostgreSQL URL: {redacted(target)} (postgresql://...).")
+    source = os.path.join(runtime.home_dir, "shep.db")
+    if not os.path.exists(source):
+        raise StoreUnavailableError(f"No event store at {source}: nothing to migrate.")
+
+    conn = open_log(source)
+    try:
+        before = verify_chain(conn)
+        if not before.ok:
+            raise ChainBrokenError(
+                f"{source} does not verify at position {before.first_bad_position} "
+                f"({before.problem}): not migrated. Run `shep audit verify`."
+            )
+        with EventStore(target) as dest:
+            copied = _copy(conn, dest, where(target))
+    finally:
+        conn.close()
+    after = verify_pg_chain(target)
+    if not after.ok or after.head_hash != before.head_hash or after.events != before.events:
+        raise StoreError(
+            f"The copy at {where(target)} does not verify as the source does "
+            f"({after.events} events, head {after.head_hash.hex()}): investigate before using it."
+        )
+    click.echo(f"Copied {copied} events from {source} to the shared store at {where(target)}.")
+    click.echo(f"{source}: {before.events} events verify. Head hash: {before.head_hash.hex()}")
+    click.echo(f"{where(target)}: {after.events} events verify. Head hash: {after.head_hash.hex()}")
+    if runtime.store_url != target:
+        click.echo(
+            "Next: point this home (and your team's) at it: shep settings store --url "
+            f"{redacted(target)}"
+        )
+
+
+def _copy(conn: apsw.Connection, dest: EventStore, where: str) -> int:
+    """Rows and non-projection tracking positions, in one transaction under the table lock."""
+    from eventsourcing.persistence import Tracking
+
+    from events.errors import StoreError
+    from projections.tables import PROJECTION_NAMES
+
+    recorder = dest.recorder
+    copied = 0
+    with dest.datastore.transaction(commit=True) as curs:
+        recorder._lock_table(curs)
+        held = curs.execute("SELECT count(*) AS n FROM stored_events").fetchone()
+        if held and held["n"]:
+            raise StoreError(
+                f"The shared store at {where} already holds {held['n']} events: "
+                "migrate copies into an empty store only."
+            )
+        rows = conn.execute(
+            "SELECT notification_id, originator_id, originator_version, topic, state, "
+            "chain_hash FROM stored_events ORDER BY notification_id"
+        )
+        while batch := list(islice(rows, _BATCH)):
+            curs.executemany(
+                "INSERT INTO stored_events VALUES (%s, %s, %s, %s, %s, %s)",
+                [(p, o, v, t, bytes(s), bytes(h)) for p, o, v, t, s, h in batch],
+            )
+            copied += len(batch)
+        names = ",".join("?" * len(PROJECTION_NAMES))
+        for name, position in conn.execute(
+            f"SELECT application_name, notification_id FROM tracking "  # noqa: S608
+            f"WHERE application_name NOT IN ({names})",
+            PROJECTION_NAMES,
+        ):
+            recorder._insert_tracking(curs, Tracking(str(name), int(position)))
+    return copied
