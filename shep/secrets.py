@@ -139,3 +139,17 @@ def save_store_url(home: Path, url: str | None) -> None:
 def configured_store_url(home: Path) -> str | None:
     """``$SHEP_DATABASE_URL``, else the URL saved for this home, else None (SQLite)."""
     return os.environ.get(STORE_URL_ENV) or load_store_url(home)
+
+
+def require_token(home: Path, agent_type: str, *, configured: bool) -> None:
+    """Fail before a run starts when the agent uses a token this home does not hold.
+
+    On a shared store the agent settings reach every machine through the log,
+    but tokens stay on the machine that stored them.
+    """
+    if load_token(home, agent_type) is None and configured:
+        raise SecretsError(
+            f"The {agent_type} agent is set up with an API token, but this machine has none "
+            f"in {secrets_path(home)} (tokens stay on the machine that stored them). "
+            f"Store it here: shep settings agent --agent {agent_type} --auth token --token-stdin"
+        )

@@ -86,14 +86,14 @@ def new(
     from shep.cli.run import _check_binary, launch
     from shep.feature import create_feature_run, discard_worktree, make_worktree, plan_feature
     from shep.identity import current_actor, host_name, process_start
-    from shep.secrets import load_token
+    from shep.secrets import require_token
     from shep.settings import load_settings
 
     store = runtime.store()
     settings = load_settings(store)
     agent_type = settings.require_agent()
     _check_binary(agent_type, settings.binary)
-    load_token(runtime.home, agent_type)
+    require_token(runtime.home, agent_type, configured=settings.token_configured)
     flags = settings.flags
     plan = plan_feature(
         runtime.home,

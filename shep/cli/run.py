@@ -92,7 +92,7 @@ def run(
     from commands.create_run import create_run
     from projections.queries import find_interrupted_run
     from shep.identity import current_actor, host_name, process_start
-    from shep.secrets import load_token
+    from shep.secrets import require_token
     from shep.settings import load_settings
     from shep.workflows import get_workflow
 
@@ -113,7 +113,7 @@ def run(
     agent_type = settings.require_agent()
     _check_binary(agent_type, settings.binary)
     # Fails here, before any run exists, if the secrets file cannot be read.
-    load_token(runtime.home, agent_type)
+    require_token(runtime.home, agent_type, configured=settings.token_configured)
     interrupted = find_interrupted_run(runtime.read_db(), name, str(repo_path))
     if interrupted is not None and _should_resume(interrupted, resume):
         _resume(runtime, UUID(interrupted), background=background, timeout=timeout, force=False)
@@ -354,7 +354,22 @@ def _resume(
     if not taken_over:
         for line in stop_worker(None, None, run_id, grace=5.0):
             click.echo(f"{line} (left behind by the run's last worker)", err=True)
+    _require_token_for(runtime, state.agent_type)
     launch(runtime, run_id, resume=True, background=background, timeout=timeout)
+
+
+def _require_token_for(runtime: Runtime, agent_type: str | None) -> None:
+    from shep.secrets import require_token
+    from shep.settings import load_settings
+
+    settings = load_settings(runtime.store())
+    agent_type = agent_type or settings.agent_type
+    if agent_type is not None:
+        require_token(
+            runtime.home,
+            agent_type,
+            configured=settings.token_configured and settings.agent_type == agent_type,
+        )
 
 
 def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:

@@ -278,7 +278,7 @@ def show(runtime: Runtime, as_json: bool) -> None:
         "model": current.model,
         "binary": current.binary,
         "binary_version": current.binary_version,
-        "token": "********" if current.token_configured else None,
+        "token": _token_shown(runtime, current),
     }
     if as_json:
         data = {**agent, **values}
@@ -291,6 +291,17 @@ def show(runtime: Runtime, as_json: bool) -> None:
             click.echo(f"{key}: {text}")
     for key, value in values.items():
         click.echo(f"{key}: {show_value(value)}")
+
+
+def _token_shown(runtime: Runtime, current: Settings) -> str | None:
+    """Masked; or where it is missing (a shared store's settings reach machines without it)."""
+    from shep.secrets import load_token
+
+    if not current.token_configured or current.agent_type is None:
+        return None
+    if load_token(runtime.home, current.agent_type) is None:
+        return "not on this machine (store it: shep settings agent --auth token --token-stdin)"
+    return "********"
 
 
 def _warn_skipped(current: Settings, keys: Iterable[str]) -> None:
