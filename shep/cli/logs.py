@@ -39,15 +39,18 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
         return
     data_version = _data_version(conn)
     next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
+    shared = _SharedLog(runtime.store_url) if runtime.store_url is not None else None
     while (status := get_run(conn, run_id)["status"]) not in FOLLOW_ENDS_AT:
         time.sleep(POLL_SECONDS)
+        # Copied by this connection: data_version below counts only other connections.
+        copied = shared.pull(conn) if shared is not None else 0
         if time.monotonic() >= next_orphan_check:
             # A killed worker never writes its final status: apply the orphan rule, as
             # every command does at start, so a dead worker's run turns interrupted.
             runtime.check_orphans()
             next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
         current = _data_version(conn)
-        if current == data_version:
+        if current == data_version and not copied:
             continue
         data_version = current
         catch_up(conn)
@@ -60,6 +63,44 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
         short = short_id(run_id)
         click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
         sys.exit(EXIT_INTERRUPTED)
+
+
+class _SharedLog:
+    """Brings the home's copy of a shared log up to the server every few tenths of a second.
+
+    Says once when the server goes away (the copy is followed meanwhile) and once
+    when it is back.
+    """
+
+    every = 0.2
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.away = False
+        self.next = time.monotonic() + self.every
+
+    def pull(self, conn: apsw.Connection) -> int:
+        """How many events were copied (0 when not due, or the server is away)."""
+        if time.monotonic() < self.next:
+            return 0
+        from events.errors import StoreUnavailableError
+        from projections.mirror import forget_offline, pull
+
+        forget_offline()
+        try:
+            copied = pull(conn, self.url)
+        except StoreUnavailableError as e:
+            if not self.away:
+                click.echo(f"shep: {e} Following this machine's copy until it is back.", err=True)
+            self.away = True
+            # An unreachable server costs its connect timeout: try again less often.
+            self.next = time.monotonic() + 2.0
+            return 0
+        if self.away:
+            click.echo("shep: the shared store is back.", err=True)
+        self.away = False
+        self.next = time.monotonic() + self.every
+        return copied
 
 
 def _data_version(conn: apsw.Connection) -> int:
