@@ -91,9 +91,9 @@ def save_token(home: Path, agent_type: str, token: str | None) -> None:
         _replace(home, data)
 
 
-def _replace(home: Path, data: dict[str, str]) -> None:
-    """Write ``data`` to a new 0600 file and rename it over the secrets file."""
-    path = secrets_path(home)
+def _replace(home: Path, data: dict[str, str], *, name: str = SECRETS_FILE) -> None:
+    """Write ``data`` to a new 0600 file and rename it over the secrets file (or ``name``)."""
+    path = home / name
     try:
         fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=home)
     except OSError as e:
@@ -119,21 +119,41 @@ def _write_error(path: Path, e: OSError) -> SecretsError:
     )
 
 
-#: The shared store's URL is kept with the tokens: it may hold a password.
-STORE_URL_KEY = "store:url"
+#: The shared store's URL, in a 0600 file of its own beside the tokens: it may hold a
+#: password, and a damaged secrets file must not hide where the log is.
+STORE_FILE = "store"
 STORE_URL_ENV = "SHEP_DATABASE_URL"
 
 
 def load_store_url(home: Path) -> str | None:
     """The shared store this home was pointed at with ``shep settings store``, if any."""
-    if not secrets_path(home).is_file():
+    path = home / STORE_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return None
-    return _read(home).get(STORE_URL_KEY)
+    except OSError as e:
+        raise SecretsError(f"Cannot read {path} ({e.strerror}).") from e
+    try:
+        data = json.loads(raw)
+        url = data["url"]
+        if not isinstance(url, str):
+            raise TypeError(url)
+    except (ValueError, KeyError, TypeError) as e:
+        raise SecretsError(
+            f"{path} is damaged. Point this home at its store again: shep settings store --url URL"
+        ) from e
+    return url
 
 
 def save_store_url(home: Path, url: str | None) -> None:
     """Point this home at a shared store (None: back to its own SQLite file)."""
-    save_token(home, STORE_URL_KEY, url)
+    with _locked(home):
+        if url is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(home / STORE_FILE)
+            return
+        _replace(home, {"url": url}, name=STORE_FILE)
 
 
 def configured_store_url(home: Path) -> str | None:
