@@ -130,8 +130,8 @@ def load_store_url(home: Path) -> str | None:
     path = home / STORE_FILE
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # no such home yet: whoever creates it says why it cannot
     except OSError as e:
         raise SecretsError(f"Cannot read {path} ({e.strerror}).") from e
     try:
