@@ -158,6 +158,11 @@ class PgDatastore(PostgresDatastore):
                 self._held.conn = None
 
 
+def _once(method: Any) -> Any:
+    """A library method without its ``@retry`` wrapper."""
+    return getattr(method, "__wrapped__", method)
+
+
 class PgProcessRecorder(PostgresProcessRecorder):
     """Events, gap-free positions, a hash chain, and tracking, on PostgreSQL."""
 
@@ -222,6 +227,24 @@ class PgProcessRecorder(PostgresProcessRecorder):
             "SELECT notification_id, state FROM {schema}.{table} "
             "WHERE originator_id = %s AND originator_version = %s"
         ).format(schema=schema, table=table)
+
+    # The library retries these ten times, each waiting up to the pool's timeout for
+    # a connection: half a minute before a caller hears that the server is gone.
+    # EventStore decides how long to wait for it (retry_for), so they run once here.
+    def max_notification_id(self) -> int | None:
+        return cast(int | None, _once(PostgresProcessRecorder.max_notification_id)(self))
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        return cast(
+            int | None, _once(PostgresProcessRecorder.max_tracking_id)(self, application_name)
+        )
+
+    def has_tracking_id(self, application_name: str, notification_id: int | None) -> bool:
+        has = _once(PostgresProcessRecorder.has_tracking_id)
+        return bool(has(self, application_name, notification_id))
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        _once(PostgresProcessRecorder.insert_tracking)(self, tracking)
 
     def create_table(self) -> None:
         # Several processes may create the tables at once: DDL on PostgreSQL can
