@@ -69,6 +69,7 @@ def kill_rebuild_mid_way(db_path: Path) -> bool:
     return rebuild_proc.returncode == -signal.SIGKILL and not indexes(db_path) >= _DDL_INDEXES
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_killed_rebuild_then_any_command_restores_every_index(db_path: Path) -> None:
     """SIGKILL a rebuild mid-way; the next command creates every index again.

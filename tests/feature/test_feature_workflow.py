@@ -247,6 +247,7 @@ QUESTIONS = [
 ]
 
 
+@pytest.mark.slow
 def test_open_questions_reach_the_inbox_and_answers_reach_requirements(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -329,6 +330,7 @@ def test_requirements_iterations_bounds_the_rounds_of_questions_asked(
         ("plan_gate", "plan", ("--allow-prd", "--allow-merge")),
     ],
 )
+@pytest.mark.slow
 def test_a_rejected_gate_reruns_its_phase_with_the_reason(
     repo: Path,
     agent: FeatureAgent,
@@ -499,6 +501,7 @@ def test_an_agent_that_exits_non_zero_fails_the_run_with_its_message(
 # -- e. SIGKILL mid-implement --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_during_the_second_task_resumes_without_redoing_finished_tasks(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -632,6 +635,7 @@ def test_sigkill_in_a_parallel_phase_reruns_the_cut_off_task_from_clean_files(
 # -- f. parallel tasks -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_parallel_tasks_with_disjoint_files_overlap_and_sharing_tasks_take_turns(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -691,6 +695,7 @@ def _wait_at_merge_gate_then_conflict(repo: Path, agent: FeatureAgent, shep_home
     return run_id
 
 
+@pytest.mark.slow
 def test_a_merge_conflict_asks_and_keep_leaves_the_branch_and_the_users_checkout(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:

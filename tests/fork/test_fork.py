@@ -112,6 +112,7 @@ def _runs(shep: Shep) -> list[dict[str, Any]]:
     return runs
 
 
+@pytest.mark.slow
 def test_a_feature_fork_goes_on_from_the_checkpoint_with_the_files_of_its_snapshot(
     shep: Shep,
 ) -> None:

@@ -52,6 +52,7 @@ def _sleep_past(deadline: str) -> None:
         time.sleep(left + 0.1)
 
 
+@pytest.mark.slow
 def test_deadline_applies_recommended_option_and_gate_never_expires(
     repo: Path, fake_claude: Path, shep_home: Path
 ) -> None:

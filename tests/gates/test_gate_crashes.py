@@ -112,6 +112,7 @@ def _finish(shep_home: Path, run_id: str) -> None:
     assert run_state(shep_home, run_id).status.value == "completed"
 
 
+@pytest.mark.slow
 def test_killed_between_interrupt_and_suspend(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path
 ) -> None:
@@ -161,6 +162,7 @@ def test_killed_between_interrupt_and_suspend(
     assert "Scope: Large: the whole package" in (repo / "shep-review.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("next_command", ["status", "resume"])
 def test_decider_killed_before_starting_the_worker(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path, next_command: str
@@ -209,6 +211,7 @@ def test_decider_killed_before_starting_the_worker(
     assert "Scope: Large: the whole package" in (repo / "shep-review.md").read_text()
 
 
+@pytest.mark.slow
 def test_worker_killed_before_reading_the_decision(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path
 ) -> None:
@@ -281,6 +284,7 @@ def test_worker_killed_before_reading_the_decision(
     assert_rebuild_equals_incremental(shep_home)
 
 
+@pytest.mark.slow
 def test_resumed_worker_killed_between_gate_interrupt_and_suspend(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path
 ) -> None:

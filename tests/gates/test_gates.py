@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.cli import shep
 from tests.runtime.conftest import agent_calls
 from tests.runtime.test_background_recovery import run_row, wait_for
@@ -35,6 +37,7 @@ def _waiting_on(run_id: str, kind: str) -> dict[str, object]:
     return _pending(run_id)[0]
 
 
+@pytest.mark.slow
 def test_happy_path_question_then_gate(repo: Path, fake_claude: Path, agent_log: Path) -> None:
     """draft runs, the question waits (no worker), the answer resumes it, the gate waits,
     the approval resumes it, finish runs, the run completes.

@@ -287,6 +287,7 @@ def test_answering_an_item_of_an_interrupted_run_says_how_it_goes_on(
     assert resumed_after or f"shep resume {run_id.hex[:8]}" in answered.stderr, answered.stderr
 
 
+@pytest.mark.slow
 def test_filters_actors_and_resumes(
     repo: Path, fake_claude: Path, shep_home: Path, tmp_path: Path
 ) -> None:

@@ -167,6 +167,7 @@ def test_answers_with_free_text_and_refuses_an_empty_one(runtime: Runtime, repo:
     assert "Scope: Only the parser" in (repo / "shep-review.md").read_text()
 
 
+@pytest.mark.slow
 def test_approves_a_gate_with_a_comment(
     runtime: Runtime,
     repo: Path,
@@ -195,6 +196,7 @@ def test_approves_a_gate_with_a_comment(
     ]
 
 
+@pytest.mark.slow
 def test_rejects_a_gate_with_a_reason_after_refusing_an_empty_one(
     runtime: Runtime,
     repo: Path,

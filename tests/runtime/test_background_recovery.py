@@ -74,6 +74,7 @@ def test_cancel_stops_worker_and_agent(
     assert "is cancelled; cannot cancel it" in again.stderr
 
 
+@pytest.mark.slow
 def test_sigkilled_worker_is_detected_and_resumed(
     repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -105,6 +106,7 @@ def test_sigkilled_worker_is_detected_and_resumed(
     assert shep("audit", "verify", check=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_run_offers_to_resume_interrupted_run(
     repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,6 +143,7 @@ def test_resume_refuses_finished_run(repo: Path, fake_claude: Path) -> None:
     assert result.stderr == f"shep: Run {run_id} is completed; cannot resume it.\n"
 
 
+@pytest.mark.slow
 def test_heartbeats_are_recorded(
     repo: Path, fake_claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -109,6 +109,7 @@ def _once_each(events: list[object]) -> list[str]:
     return sorted(e.node for e in events if isinstance(e, NodeCompleted))
 
 
+@pytest.mark.slow
 def test_a_stopped_worker_is_not_an_orphan_and_resume_is_refused(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,6 +175,7 @@ def test_a_woken_worker_whose_run_was_taken_over_is_fenced_off(
     assert "is no longer this worker's" in log
 
 
+@pytest.mark.slow
 def test_resume_force_takes_over_a_stopped_worker(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

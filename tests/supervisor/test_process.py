@@ -194,6 +194,7 @@ def wait_gone(pid: int, timeout: float = 30) -> None:
 # -- the flag ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_flag_off_a_suspended_run_starts_no_supervisor(
     repo: Path, evaluator: Fake, shep_home: Path
 ) -> None:
@@ -297,6 +298,7 @@ def test_background_supervisor_completes_a_run_with_no_human(
 # -- crashes and timeouts ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_supervisor_killed_while_evaluating_decides_the_item_once_after_restart(
     repo: Path, evaluator: Fake, shep_home: Path
 ) -> None:
@@ -394,6 +396,7 @@ def _answer_the_question(home: Path, run_id: str) -> ApprovalRequested:
     return approval
 
 
+@pytest.mark.slow
 def test_cosign_supervisor_signs_first_then_the_users_approval_closes_the_gate(
     repo: Path, evaluator: Fake, shep_home: Path
 ) -> None:
