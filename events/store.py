@@ -92,6 +92,11 @@ class EventStore:
     def shared(self) -> bool:
         return self.url is not None
 
+    @property
+    def given_up(self) -> bool:
+        """The shared store stayed away past ``retry_for``: every call now fails at once."""
+        return self._gave_up is not None
+
     def _pg_has_tables(self) -> bool:
         with self.datastore.transaction(commit=False) as curs:
             row = curs.execute(

@@ -5,7 +5,8 @@ host, current node, last activity, tokens so far), fenced with the worker's
 epoch, then catches the projections up, so a reader such as ``shep status``
 finds them current instead of paying for a long run's output. When the run
 is no longer the worker's (cancelled, or taken over while it was stopped),
-it calls ``on_lost`` and stops.
+it calls ``on_lost`` and stops; so it does when a shared store stayed away
+past the worker's window (``EventStore.retry_for``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from typing import Self
 from uuid import UUID
 
 from commands.record_heartbeat import record_heartbeat
-from events.errors import ConcurrencyError, InvalidTransitionError, ShepError, WorkerFencedError
+from events.errors import (
+    ConcurrencyError,
+    InvalidTransitionError,
+    ShepError,
+    StoreUnavailableError,
+    WorkerFencedError,
+)
 from events.store import EventStore
 from projections.database import open_database
 from projections.runner import catch_up
@@ -100,6 +107,13 @@ class Heartbeat:
             except (InvalidTransitionError, WorkerFencedError):
                 self.on_lost()
                 return False
+            except StoreUnavailableError:
+                if self.store.given_up:
+                    # The shared store stayed away past the orphan window: other hosts
+                    # take the run for interrupted now, so its agent must not go on.
+                    self.on_lost()
+                    return False
+                return True
             except ShepError:
                 return True
         return True

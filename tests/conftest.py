@@ -52,3 +52,16 @@ def pg_server() -> Iterator[PostgresServer]:
 def pg_url(pg_server: PostgresServer) -> str:
     """The URL of a new, empty database on the session's PostgreSQL server."""
     return pg_server.database()
+
+
+@pytest.fixture
+def own_pg_server(pg_server: PostgresServer) -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the test's own, to kill and revive without disturbing others
+    (requests ``pg_server`` so that it skips or fails the same way without the binaries)."""
+    binaries = find_binaries()
+    assert binaries is not None
+    server = PostgresServer(binaries).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -27,7 +27,7 @@ from events.errors import ConcurrencyError, StoreUnavailableError
 from events.postgres_verify import verify_pg_chain
 from events.runs import RunCreated
 from events.store import EventStore
-from tests.postgres_server import PostgresServer, find_binaries
+from tests.postgres_server import PostgresServer
 
 
 def created(run_id: UUID | None = None, version: int = 1, workflow: str = "w") -> RunCreated:
@@ -171,57 +171,45 @@ class socket_nobody_listens_on:
         return None
 
 
-@pytest.fixture
-def own_server() -> Iterator[PostgresServer]:
-    """A server of this test's own, to kill without disturbing the others."""
-    binaries = find_binaries()
-    assert binaries is not None  # pg_server has already skipped or failed without them
-    server = PostgresServer(binaries).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.mark.slow
 def test_a_worker_rides_out_a_server_restart(
-    pg_server: PostgresServer, own_server: PostgresServer
+    own_pg_server: PostgresServer,
 ) -> None:
     """The server dies between appends and comes back: the append waits, then lands once."""
-    url = own_server.database()
+    url = own_pg_server.database()
     said: list[str] = []
     with EventStore(url) as store:
         store.retry_for = 60
         store.on_retry = said.append
         store.append([created()])
-        own_server.kill()
-        threading.Timer(1.5, own_server.revive).start()
+        own_pg_server.kill()
+        threading.Timer(1.5, own_pg_server.revive).start()
         started = time.monotonic()
         assert store.append([created()]) == [2]
         assert time.monotonic() - started >= 1.0
         assert store.max_position() == 2
     assert positions(url) == [1, 2]
     assert said[0].startswith(
-        f"lost the shared store (The shared store at 127.0.0.1:{own_server.port}"
+        f"lost the shared store (The shared store at 127.0.0.1:{own_pg_server.port}"
     )
     assert said[-1].startswith("the shared store is back after")
 
 
 @pytest.mark.slow
 def test_a_worker_gives_up_after_its_window_and_stays_given_up(
-    pg_server: PostgresServer, own_server: PostgresServer
+    own_pg_server: PostgresServer,
 ) -> None:
     """Past retry_for the call fails; later calls fail at once, even once the server is back."""
-    url = own_server.database()
+    url = own_pg_server.database()
     said: list[str] = []
     with EventStore(url) as store:
         store.retry_for = 1.0
         store.on_retry = said.append
         store.append([created()])
-        own_server.kill()
+        own_pg_server.kill()
         with pytest.raises(StoreUnavailableError, match="Cannot reach the shared store"):
             store.append([created()])
-        own_server.revive()
+        own_pg_server.revive()
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError):
             store.max_position()
