@@ -334,37 +334,25 @@ class PgProcessRecorder(PostgresProcessRecorder):
         if limit is not None:
             statement += SQL(" LIMIT %s")
             params.append(limit)
-        decode_id = self.datastore.decode_id
         with self.datastore.transaction(commit=False) as curs:
-            return [
-                StoredEvent(
-                    originator_id=decode_id(row["originator_id"]),
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-                for row in curs.execute(statement, params, prepare=True)
-            ]
+            return [self._stored(row) for row in curs.execute(statement, params, prepare=True)]
+
+    def _stored(self, row: DictRow) -> StoredEvent:
+        return StoredEvent(
+            originator_id=self.datastore.decode_id(row["originator_id"]),
+            originator_version=row["originator_version"],
+            topic=row["topic"],
+            state=bytes(row["state"]),
+        )
 
     def select_events_of_topics(
         self, originator_id: UUID | str, topics: Sequence[str]
     ) -> Sequence[StoredEvent]:
         """The originator's events whose topic is one of ``topics``, oldest first."""
-        decode_id = self.datastore.decode_id
+        params = (self.datastore.encode_id(originator_id), list(topics))
         with self.datastore.transaction(commit=False) as curs:
-            return [
-                StoredEvent(
-                    decode_id(row["originator_id"]),
-                    row["originator_version"],
-                    row["topic"],
-                    bytes(row["state"]),
-                )
-                for row in curs.execute(
-                    self._select_topics,
-                    (self.datastore.encode_id(originator_id), list(topics)),
-                    prepare=True,
-                )
-            ]
+            rows = curs.execute(self._select_topics, params, prepare=True)
+            return [self._stored(row) for row in rows]
 
     def select_notifications(
         self,
