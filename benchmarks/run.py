@@ -502,6 +502,9 @@ def main() -> None:
         from benchmarks.checkpointer import bench as bench_checkpointer  # imports langgraph
 
         results.update(bench_checkpointer(quick))
+        from benchmarks.shared_store import bench as bench_shared_store
+
+        results.update(bench_shared_store(quick))
         results.update(bench_resume(work / "chaos", kills=5 if quick else 20))
         results.update(bench_approve_to_resume(work / "gates", samples=3 if quick else 9))
     print(json.dumps(results, indent=None if args.json else 2))

@@ -17,6 +17,7 @@ Rows can't be updated or deleted: a trigger refuses it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -157,6 +158,11 @@ class PgDatastore(PostgresDatastore):
             finally:
                 self._held.conn = None
 
+    @property
+    def holding(self) -> bool:
+        """Whether this thread is inside ``hold()``."""
+        return getattr(self._held, "conn", None) is not None
+
 
 def _once(method: Any) -> Any:
     """A library method without its ``@retry`` wrapper."""
@@ -220,8 +226,20 @@ class PgProcessRecorder(PostgresProcessRecorder):
             "SELECT notification_id, chain_hash FROM {schema}.{table} "
             "ORDER BY notification_id DESC LIMIT 1"
         ).format(schema=schema, table=table)
-        self._insert = SQL("INSERT INTO {schema}.{table} VALUES (%s, %s, %s, %s, %s, %s)").format(
-            schema=schema, table=table
+        # Rendered once: composing SQL on every append costs more than the server takes.
+        lock_and_head = SQL("; ").join(
+            [
+                *self.lock_table_statements,
+                SQL("NOTIFY {0}").format(Identifier(self.channel_name)),
+                self._select_head,
+            ]
+        )
+        self._lock_and_head = lock_and_head.as_bytes(None)
+        self._begin_lock_and_head = b"BEGIN; " + self._lock_and_head
+        self._insert = (
+            SQL("INSERT INTO {schema}.{table} VALUES (%s, %s, %s, %s, %s, %s)")
+            .format(schema=schema, table=table)
+            .as_bytes(None)
         )
         self._select_positions = SQL(
             "SELECT notification_id, state FROM {schema}.{table} "
@@ -258,28 +276,66 @@ class PgProcessRecorder(PostgresProcessRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        if not stored_events and kwargs.get("tracking") is None:
+        tracking: Tracking | None = kwargs.get("tracking")
+        if not stored_events and tracking is None:
             return []
-        with self.datastore.transaction(commit=True) as curs:
-            tracking: Tracking | None = kwargs.get("tracking")
-            if tracking is not None:
-                self._insert_tracking(curs, tracking)
-            return self._insert_chained(curs, stored_events)
+        if self.datastore.holding:
+            # Inside exclusive(): that transaction holds the lock and commits at its end.
+            with self.datastore.transaction(commit=True) as curs:
+                if tracking is not None:
+                    self._insert_tracking(curs, tracking)
+                if not stored_events:
+                    return []
+                head = self._lock_and_read_head(curs, self._lock_and_head)
+                rows = self._chained(head, stored_events)
+                curs.executemany(self._insert, rows)
+                return [row[0] for row in rows]
+        with self.datastore.get_connection() as conn:
+            return self._insert_and_commit(conn, stored_events, tracking)
 
-    def _insert_chained(
-        self, curs: psycopg.Cursor[DictRow], stored_events: Sequence[StoredEvent]
+    def _insert_and_commit(
+        self,
+        conn: psycopg.Connection[DictRow],
+        stored_events: Sequence[StoredEvent],
+        tracking: Tracking | None,
     ) -> list[int]:
-        if not stored_events:
-            return []
-        self._lock_table(curs)
-        self._notify_channel(curs)
-        head = curs.execute(self._select_head, prepare=True).fetchone()
+        """One transaction in two round trips: BEGIN, the lock and the head; then the
+        rows and COMMIT, pipelined. (A durable append is mostly waiting for the
+        server: psycopg's own transaction() would take five.)"""
+        curs = conn.cursor()
+        try:
+            head = self._lock_and_read_head(curs, self._begin_lock_and_head)
+            rows = self._chained(head, stored_events)
+            with conn.pipeline():
+                if tracking is not None:
+                    self._insert_tracking(curs, tracking)
+                for row in rows:
+                    curs.execute(self._insert, row, prepare=True)
+                curs.execute(b"COMMIT")
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+            raise
+        return [row[0] for row in rows]
+
+    @staticmethod
+    def _lock_and_read_head(curs: psycopg.Cursor[DictRow], statements: bytes) -> DictRow | None:
+        # A statement list without parameters goes as one simple query, in one round
+        # trip; its last result is the head's.
+        curs.execute(statements)
+        while curs.nextset():
+            pass
+        return curs.fetchone()
+
+    def _chained(
+        self, head: DictRow | None, stored_events: Sequence[StoredEvent]
+    ) -> list[tuple[int, str, int, str, bytes, bytes]]:
+        """The rows to insert after ``head``: the next positions, each hash over the one before."""
         position, previous = (
             (int(head["notification_id"]), bytes(head["chain_hash"])) if head else (0, GENESIS_HASH)
         )
         encode_id = self.datastore.encode_id
         rows = []
-        ids = []
         for s in stored_events:
             position += 1
             oid = encode_id(s.originator_id)
@@ -287,9 +343,7 @@ class PgProcessRecorder(PostgresProcessRecorder):
                 previous, position, oid.encode(), s.originator_version, s.topic.encode(), s.state
             )
             rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
-            ids.append(position)
-        curs.executemany(self._insert, rows)
-        return ids
+        return rows
 
     def positions_if_stored(self, stored_events: Sequence[StoredEvent]) -> list[int] | None:
         """The positions of these very events if the store holds them all, else None.

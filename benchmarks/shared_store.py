@@ -1,0 +1,164 @@
+"""The shared store (PostgreSQL): durable appends against raw psycopg, and 8 writers at once.
+
+- ``pg_append_ratio``: single-event appends per second through shep's store
+  (table lock, head read, chain hash, OCC) over single-row INSERTs with commit
+  through psycopg alone, on the same server and database, rows of the same
+  shape and size, interleaved. The issue's goal is at least 0.7.
+- ``pg_writers_8_events_per_s``: 8 processes appending at once through
+  ``EventStore(url)``, then the log is checked: positions exactly 1..N (none
+  lost, none twice) and the chain verifies on the server. The same load on a
+  SQLite file, in the same run, gives ``pg_writers_8_vs_sqlite_ratio``.
+
+The server is a throwaway cluster (``tests/postgres_server.py``) with fsync on
+and synchronous_commit on, so a commit waits for the disk as a real one does.
+Without PostgreSQL's binaries the figures are left out, with a note.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from uuid import uuid4
+
+from benchmarks.run import ROOT, TOPIC, _heartbeat, _interleaved
+from events.store import EventStore
+from tests.postgres_server import PostgresServer, find_binaries
+
+WRITERS = 8
+
+_RAW_TABLE = (
+    "CREATE TABLE raw (id bigint PRIMARY KEY, originator_id text NOT NULL, "
+    "originator_version bigint NOT NULL, topic text NOT NULL, state bytea NOT NULL, "
+    "UNIQUE (originator_id, originator_version))"
+)
+
+_WRITER = """
+import sys, uuid
+sys.path.insert(0, sys.argv[3])
+from benchmarks.run import _heartbeat
+from events.store import EventStore
+with EventStore(sys.argv[1]) as store:
+    stream = uuid.uuid4()
+    sys.stdout.write("ready\\n"); sys.stdout.flush()
+    sys.stdin.readline()
+    for v in range(1, int(sys.argv[2]) + 1):
+        store.append([_heartbeat(stream, v)])
+"""
+
+
+def bench_pg_appends(url: str, n: int, rounds: int) -> dict[str, float]:
+    import psycopg
+
+    store = EventStore(url)
+    raw = psycopg.connect(url)
+    raw.execute(_RAW_TABLE)
+    raw.commit()
+    payload = bytes(len(store._mapper.to_stored_event(_heartbeat(uuid4(), 1)).state))
+    next_id = 0
+
+    def ours() -> float:
+        stream = uuid4()
+        events = [_heartbeat(stream, v) for v in range(1, n + 1)]
+        start = time.perf_counter()
+        for event in events:
+            store.append([event])
+        return n / (time.perf_counter() - start)
+
+    def baseline() -> float:
+        nonlocal next_id
+        stream = uuid4().hex
+        start = time.perf_counter()
+        for v in range(1, n + 1):
+            next_id += 1
+            raw.execute(
+                "INSERT INTO raw VALUES (%s, %s, %s, %s, %s)", (next_id, stream, v, TOPIC, payload)
+            )
+            raw.commit()
+        return n / (time.perf_counter() - start)
+
+    ours_rate, raw_rate = _interleaved(ours, baseline, rounds)
+    store.close()
+    raw.close()
+    return {
+        "pg_append_per_s": round(ours_rate),
+        "pg_append_raw_per_s": round(raw_rate),
+        "pg_append_ratio": round(ours_rate / raw_rate, 3),
+    }
+
+
+def _writers(location: str, per_writer: int) -> float:
+    """Events per second of ``WRITERS`` processes appending at once to ``location``."""
+    EventStore(location).close()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, location, str(per_writer), str(ROOT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(WRITERS)
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        if p.stdout.readline() != "ready\n":
+            raise RuntimeError("a writer failed to start")
+    start = time.perf_counter()
+    for p in procs:  # all at once: each has imported and connected already
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    codes = [p.wait(timeout=600) for p in procs]
+    elapsed = time.perf_counter() - start
+    if any(codes):
+        raise RuntimeError(f"writers exited with {codes}")
+    return WRITERS * per_writer / elapsed
+
+
+def bench_pg_writers(url: str, sqlite_path: Path, per_writer: int) -> dict[str, object]:
+    import psycopg
+
+    from events.postgres_verify import verify_pg_chain
+
+    pg_rate = _writers(url, per_writer)
+    sqlite_rate = _writers(str(sqlite_path), per_writer)
+    total = WRITERS * per_writer
+    with psycopg.connect(url) as conn:
+        ids = [r[0] for r in conn.execute("SELECT notification_id FROM stored_events ORDER BY 1")]
+    report = verify_pg_chain(url)
+    return {
+        "pg_writers_8_events_per_s": round(pg_rate),
+        "sqlite_writers_8_events_per_s": round(sqlite_rate),
+        "pg_writers_8_vs_sqlite_ratio": round(pg_rate / sqlite_rate, 3),
+        "pg_writers_8_gap_free": ids == list(range(1, total + 1)),
+        "pg_writers_8_chain_verifies": report.ok and report.events == total,
+    }
+
+
+def bench(quick: bool) -> dict[str, object]:
+    binaries = find_binaries()
+    if binaries is None:
+        return {"pg_skipped": "PostgreSQL binaries not found (apt-get install postgresql)"}
+    server = PostgresServer(binaries, settings=("fsync=on", "full_page_writes=on", "synchronous_commit=on")).start()
+    try:
+        results: dict[str, object] = {}
+        results.update(
+            bench_pg_appends(server.database(), n=100 if quick else 500, rounds=3 if quick else 5)
+        )
+        with tempfile.TemporaryDirectory(prefix="shep-bench-pg-") as tmp:
+            results.update(
+                bench_pg_writers(
+                    server.database(), Path(tmp) / "writers.db", per_writer=25 if quick else 100
+                )
+            )
+        return results
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(bench("--quick" in sys.argv)))
