@@ -141,7 +141,9 @@ def bench(quick: bool) -> dict[str, object]:
     binaries = find_binaries()
     if binaries is None:
         return {"pg_skipped": "PostgreSQL binaries not found (apt-get install postgresql)"}
-    server = PostgresServer(binaries, settings=("fsync=on", "full_page_writes=on", "synchronous_commit=on")).start()
+    server = PostgresServer(
+        binaries, settings=("fsync=on", "full_page_writes=on", "synchronous_commit=on")
+    ).start()
     try:
         results: dict[str, object] = {}
         results.update(
