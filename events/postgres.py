@@ -12,6 +12,12 @@ the log relies on, exactly as on SQLite (``events.persistence``):
   bytes as on SQLite (the originator id as 32 hex digits), so a log copied
   between the two keeps its hashes and ``shep audit verify`` reads both.
 
+A plain append is one statement, one round trip: the function
+``stored_events_append`` locks, reads the head, hashes and inserts on the
+server, and the autocommit statement commits. Appends with a tracking record,
+or inside ``exclusive()``, hash in Python (``_chained``); the tests check both
+against ``events.chain`` by verifying the server's chain in Python.
+
 Rows can't be updated or deleted: a trigger refuses it.
 """
 
@@ -45,7 +51,7 @@ from eventsourcing.postgres import (
 )
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from events.chain import GENESIS_HASH, chain_hash
 from events.postgres_url import redacted
@@ -189,6 +195,8 @@ class PgProcessRecorder(PostgresProcessRecorder):
         schema, table = Identifier(datastore.schema), Identifier(events_table_name)
         tracking = [s for s in self.sql_create_statements if tracking_table_name in s.as_string()]
         trigger = Identifier(f"{events_table_name}_append_only")
+        self.append_function = f"{events_table_name}_append"
+        function = Identifier(self.append_function)
         self.sql_create_statements = [
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
@@ -209,8 +217,47 @@ class PgProcessRecorder(PostgresProcessRecorder):
                 "CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE OR DELETE ON "
                 "{schema}.{table} FOR EACH ROW EXECUTE FUNCTION {schema}.shep_append_only()"
             ).format(trigger=trigger, schema=schema, table=table),
+            # The common append (events, no tracking) in one statement, so in one round
+            # trip: the lock, the head, the rows with their chain hashes (the same bytes
+            # as events.chain.chain_hash: SHA-256 over the previous hash, a big-endian
+            # header of position, version and the three lengths, then the id, topic and
+            # state), and the commit of an autocommit statement.
+            SQL(
+                "CREATE OR REPLACE FUNCTION {schema}.{function}("
+                "oids text[], versions bigint[], topics text[], states bytea[]) "
+                "RETURNS SETOF bigint LANGUAGE plpgsql AS $$ "
+                "DECLARE head bigint; previous bytea; o bytea; t bytea; "
+                "BEGIN "
+                "LOCK TABLE {schema}.{table} IN EXCLUSIVE MODE; "
+                "PERFORM pg_notify({channel}, ''); "
+                "SELECT notification_id, chain_hash INTO head, previous FROM {schema}.{table} "
+                "ORDER BY notification_id DESC LIMIT 1; "
+                "IF head IS NULL THEN head := 0; previous := decode(repeat('00', 32), 'hex'); "
+                "END IF; "
+                "FOR i IN 1 .. coalesce(array_length(oids, 1), 0) LOOP "
+                "head := head + 1; "
+                "o := convert_to(oids[i], 'UTF8'); t := convert_to(topics[i], 'UTF8'); "
+                "previous := sha256(previous || int8send(head) || int8send(versions[i]) "
+                "|| int4send(length(o)) || int4send(length(t)) || int4send(length(states[i])) "
+                "|| o || t || states[i]); "
+                "INSERT INTO {schema}.{table} "
+                "VALUES (head, oids[i], versions[i], topics[i], states[i], previous); "
+                "RETURN NEXT head; "
+                "END LOOP; "
+                "END $$"
+            ).format(
+                schema=schema,
+                function=function,
+                table=table,
+                channel=Literal(self.channel_name),
+            ),
             *tracking,
         ]
+        self._append = (
+            SQL("SELECT {schema}.{function}(%s, %s, %s, %s)")
+            .format(schema=schema, function=function)
+            .as_bytes(None)
+        )
         columns = SQL(
             "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
         ).format(schema=schema, table=table)
@@ -290,6 +337,17 @@ class PgProcessRecorder(PostgresProcessRecorder):
                 rows = self._chained(head, stored_events)
                 curs.executemany(self._insert, rows)
                 return [row[0] for row in rows]
+        if tracking is None:
+            encode_id = self.datastore.encode_id
+            params = (
+                [encode_id(e.originator_id) for e in stored_events],
+                [e.originator_version for e in stored_events],
+                [e.topic for e in stored_events],
+                [e.state for e in stored_events],
+            )
+            with self.datastore.get_connection() as conn:  # autocommit: one transaction
+                appended = conn.execute(self._append, params, prepare=True).fetchall()
+            return [int(row[self.append_function]) for row in appended]
         with self.datastore.get_connection() as conn:
             return self._insert_and_commit(conn, stored_events, tracking)
 

@@ -100,8 +100,13 @@ class EventStore:
     def _pg_has_tables(self) -> bool:
         with self.datastore.transaction(commit=False) as curs:
             row = curs.execute(
-                "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AS ok",
-                (self.recorder.events_table_name, self.recorder.tracking_table_name),
+                "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL "
+                "AND to_regproc(%s) IS NOT NULL AS ok",
+                (
+                    self.recorder.events_table_name,
+                    self.recorder.tracking_table_name,
+                    self.recorder.append_function,
+                ),
             ).fetchone()
         return bool(row and row["ok"])
 
