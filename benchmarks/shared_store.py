@@ -8,6 +8,9 @@
   ``EventStore(url)``, then the log is checked: positions exactly 1..N (none
   lost, none twice) and the chain verifies on the server. The same load on a
   SQLite file, in the same run, gives ``pg_writers_8_vs_sqlite_ratio``.
+- ``pg_status_ratio``: wall time of ``shep status`` on a home on the shared
+  store (its copy up to date: one query finds nothing new) over the same
+  command on a home whose shep.db holds the same log; lower is better, 1 is par.
 
 The server is a throwaway cluster (``tests/postgres_server.py``) with fsync on
 and synchronous_commit on, so a commit waits for the disk as a real one does.
@@ -16,6 +19,7 @@ Without PostgreSQL's binaries the figures are left out, with a note.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,7 +27,8 @@ import time
 from pathlib import Path
 from uuid import uuid4
 
-from benchmarks.run import ROOT, TOPIC, _heartbeat, _interleaved
+from benchmarks.history import write_history
+from benchmarks.run import ROOT, TOPIC, _compile_sources, _heartbeat, _interleaved, _wall
 from events.store import EventStore
 from tests.postgres_server import PostgresServer, find_binaries
 
@@ -137,6 +142,36 @@ def bench_pg_writers(url: str, sqlite_path: Path, per_writer: int) -> dict[str, 
     }
 
 
+def bench_pg_status(url: str, work: Path, runs: int, rounds: int) -> dict[str, float]:
+    """`shep status` on a shared home over the same log in a home's own shep.db."""
+    local = work / "status-local"
+    local.mkdir(mode=0o700)
+    with EventStore(local / "shep.db") as store:
+        write_history(store, runs, 103)
+    base_env = {k: v for k, v in os.environ.items() if k != "SHEP_DATABASE_URL"}
+    local_env = {**base_env, "SHEP_HOME": str(local), "PYTHONPATH": str(ROOT)}
+    shep = [sys.executable, "-m", "shep"]
+    subprocess.run(
+        [*shep, "store", "migrate", "--to", url],
+        env=local_env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    shared_env = {**local_env, "SHEP_HOME": str(work / "status-shared"), "SHEP_DATABASE_URL": url}
+    _compile_sources()
+    status = [*shep, "status"]
+    for env in (shared_env, local_env):
+        _wall(status, env)  # the copy is made, the projections caught up, the cache warm
+    shared, own = _interleaved(
+        lambda: _wall(status, shared_env), lambda: _wall(status, local_env), rounds
+    )
+    return {
+        "pg_status_s": round(shared, 4),
+        "pg_status_sqlite_s": round(own, 4),
+        "pg_status_ratio": round(shared / own, 3),
+    }
+
+
 def bench(quick: bool) -> dict[str, object]:
     binaries = find_binaries()
     if binaries is None:
@@ -153,6 +188,14 @@ def bench(quick: bool) -> dict[str, object]:
             results.update(
                 bench_pg_writers(
                     server.database(), Path(tmp) / "writers.db", per_writer=25 if quick else 100
+                )
+            )
+            results.update(
+                bench_pg_status(
+                    server.database(),
+                    Path(tmp),
+                    runs=200 if quick else 1000,
+                    rounds=5 if quick else 9,
                 )
             )
         return results
