@@ -27,8 +27,18 @@ import time
 from pathlib import Path
 from uuid import uuid4
 
+if str(Path(__file__).resolve().parent.parent) not in sys.path:  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks.history import write_history
-from benchmarks.run import ROOT, TOPIC, _compile_sources, _heartbeat, _interleaved, _wall
+from benchmarks.run import (
+    ROOT,
+    TOPIC,
+    _compile_sources,
+    _heartbeat,
+    _interleaved,
+    _wall,
+)
 from events.store import EventStore
 from tests.postgres_server import PostgresServer, find_binaries
 
