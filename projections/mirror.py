@@ -130,7 +130,10 @@ def pull(conn: apsw.Connection, url: str, *, batch_size: int = 5000) -> int:
             if len(rows) < batch_size:
                 return copied
     except psycopg.errors.UndefinedTable:
-        # The server has no log yet: nothing to copy.
+        # The server has no log yet: nothing to copy, unless the copy holds another log.
+        head = conn.execute("SELECT max(notification_id) FROM stored_events").fetchone()
+        if head and head[0]:
+            raise _other_store(int(head[0]), url) from None
         _mark_synced_now(conn, url)
         return copied
     except psycopg.Error as e:
@@ -148,11 +151,15 @@ def _check_same_log(server: Any, url: str, position: int, head_hash: bytes) -> N
         "SELECT chain_hash FROM stored_events WHERE notification_id = %s", (position,)
     ).fetchone()
     if row is None or bytes(row[0]) != head_hash:
-        raise StoreError(
-            f"This home's copy of the log (shared-cache.db, {position} events) was made "
-            f"from another store than {where(url)}. Move it aside; the next command "
-            "copies the log anew."
-        )
+        raise _other_store(position, url)
+
+
+def _other_store(position: int, url: str) -> StoreError:
+    return StoreError(
+        f"This home's copy of the log (shared-cache.db, {position} events) was made "
+        f"from another store than {where(url)}. Move it aside; the next command "
+        "copies the log anew."
+    )
 
 
 def _mark_synced(conn: apsw.Connection, url: str) -> None:

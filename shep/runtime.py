@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import StoreError, StoreUnavailableError
+from events.errors import ShepError, StoreError, StoreUnavailableError
 from events.runs import RunStatus
 from events.schema import ensure_home, home_from_env
 from projections.database import has_schema, lag, open_database
@@ -53,17 +53,33 @@ class Runtime:
         self.debug = debug
         self._read: apsw.Connection | None = None
         self._store: EventStore | None = None
+        #: A damaged ``$SHEP_HOME/store`` (see ``from_environment(repairing=True)``).
+        self.store_file_error: ShepError | None = None
         #: Runs (hex ids) this invocation started a worker for before its own work.
         self.resumed: dict[str, int] = {}
 
     @classmethod
-    def from_environment(cls, *, debug: bool = False) -> Runtime:
+    def from_environment(cls, *, debug: bool = False, repairing: bool = False) -> Runtime:
+        """The home of ``$SHEP_HOME``, on the store it is pointed at.
+
+        ``repairing``: a damaged ``$SHEP_HOME/store`` is kept in ``store_file_error``
+        instead of raised, for the command that rewrites it (``shep settings store``).
+        """
         from pathlib import Path
 
+        from events.errors import SecretsError
         from shep.secrets import configured_store_url
 
         home = home_from_env()
-        return cls(home, debug=debug, store_url=configured_store_url(Path(home)))
+        try:
+            url = configured_store_url(Path(home))
+        except SecretsError as e:
+            if not repairing:
+                raise
+            runtime = cls(home, debug=debug)
+            runtime.store_file_error = e
+            return runtime
+        return cls(home, debug=debug, store_url=url)
 
     @property
     def shared(self) -> bool:

@@ -110,8 +110,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Everything shep does is an event in an append-only log under $SHEP_HOME
     (default ~/.shep); status, logs and the audit trail are read from it.
     """
-    ctx.obj = Runtime.from_environment(debug=debug)
+    # `shep settings store` must still work when the file it rewrites is damaged.
+    ctx.obj = Runtime.from_environment(debug=debug, repairing=ctx.invoked_subcommand == "settings")
     ctx.call_on_close(ctx.obj.close)
+    if ctx.obj.store_file_error is not None:
+        return  # the settings group refuses every command but the repair
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
         ctx.obj.check_orphans()
         # The inbox commands show or decide the items themselves; the others mention them.

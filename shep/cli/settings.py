@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 
 
 @click.group()
-def settings() -> None:
+@click.pass_context
+def settings(ctx: click.Context) -> None:
     """Configure the agent CLI shep drives, and other settings."""
+    damaged = ctx.obj.store_file_error if isinstance(ctx.obj, Runtime) else None
+    if damaged is not None and ctx.invoked_subcommand != "store":
+        raise damaged
 
 
 @dataclass
@@ -528,6 +532,8 @@ def store_command(
 
     if sum((url is not None, url_stdin, local)) > 1:
         raise SettingsError("Give one of --url, --url-stdin and --local.")
+    if runtime.store_file_error is not None and url is None and not (url_stdin or local):
+        raise runtime.store_file_error
     if url_stdin:
         url = sys.stdin.readline().strip()
     if local:
