@@ -28,7 +28,6 @@ from projections.database import (
     positions,
 )
 from projections.mirror import pull_registered
-from projections.mirror import url_of as mirror_url_of
 from projections.schema import INDEX_DDL, PROJECTIONS
 
 _TRACK = (
@@ -38,16 +37,17 @@ _TRACK = (
 )
 
 
-def catch_up(conn: apsw.Connection, *, batch_size: int = 5000) -> int:
+def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True) -> int:
     """Apply every event past the tracked positions; return how many events were read.
 
     Missing tables or indexes are created first (a killed rebuild leaves its
     tables without indexes). A read-only store is left as it is: its
     projections are read as they are, and this returns 0. A home's copy of a
-    shared log (``projections.mirror``) is brought up to date from the server first.
+    shared log (``projections.mirror``) is brought up to date from the server first,
+    unless the caller has just done so (``pull=False``).
     """
-    if mirror_url_of(conn) is not None:
-        pull_registered(conn)
+    if pull:
+        pull_registered(conn)  # a copy of a shared log; nothing otherwise
     try:
         if conn.readonly("main") or lag(conn) <= 0:
             return 0

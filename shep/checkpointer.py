@@ -137,7 +137,7 @@ from projections.checkpoints import (
     list_writes,
 )
 from projections.database import open_database
-from projections.mirror import pull_registered, url_of
+from projections.mirror import pull_registered
 from projections.runner import catch_up
 
 #: Builds the outbox's events for a stream, numbered after the version it is given.
@@ -532,11 +532,10 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         with self._state.read_lock:
             conn = self._connection()
             try:
-                if url_of(conn) is not None:
-                    pull_registered(conn)
+                pull_registered(conn)  # a copy of a shared log; nothing otherwise
                 if stream is not None and is_stream_current(conn, stream.hex):
                     return
-                catch_up(conn)
+                catch_up(conn, pull=False)  # pulled just above
             except apsw.Error as e:
                 raise store_error(e, self.db_path) from e
 

@@ -137,7 +137,7 @@ class Runtime:
                 from projections.runner import catch_up as run_catch_up
 
                 try:
-                    run_catch_up(conn)
+                    run_catch_up(conn, pull=False)  # pulled just above
                 except StoreUnavailableError as e:
                     if not isinstance(e.__cause__, apsw.BusyError):
                         raise

@@ -53,7 +53,7 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
         if current == data_version and not copied:
             continue
         data_version = current
-        catch_up(conn)
+        catch_up(conn, pull=shared is None)  # a shared log was pulled just above
         last = _print(conn, run_id, last, as_json)
     catch_up(conn)
     _print(conn, run_id, last, as_json)
