@@ -57,3 +57,18 @@ def verify_pg_chain(url: str, *, anchor_position: int | None = None) -> ChainRep
     except psycopg.Error as e:
         raise store_error(e, url) from e
     return ChainReport(count, previous, anchor_hash=anchor_hash)
+
+
+def stored_hash_at(url: str, position: int) -> bytes | None:
+    """The chain hash the server stores at ``position`` (after ``verify_pg_chain`` said
+    the chain holds, the hash the chain has there); None past its head."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            row = conn.execute(
+                "SELECT chain_hash FROM stored_events WHERE notification_id = %s", (position,)
+            ).fetchone()
+    except psycopg.Error as e:
+        raise store_error(e, url) from e
+    return bytes(row[0]) if row else None

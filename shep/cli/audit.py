@@ -111,12 +111,13 @@ def _verify_shared(
 ) -> tuple[ChainReport, str]:
     """The server's chain, then this home's copy against it (the copy alone when offline)."""
     from events.postgres_url import where
-    from events.postgres_verify import verify_pg_chain
+    from events.postgres_verify import stored_hash_at, verify_pg_chain
 
     copy = _verify_file(runtime.db_file, None) if os.path.exists(runtime.db_file) else None
     try:
         report = verify_pg_chain(url, anchor_position=anchor_position)
-        at_copy = verify_pg_chain(url, anchor_position=copy.events) if copy else None
+        # The walk verified every stored hash: the copy's head must be the one stored there.
+        at_copy = stored_hash_at(url, copy.events) if copy and copy.events else None
     except StoreUnavailableError as e:
         if copy is None:
             raise
@@ -127,8 +128,8 @@ def _verify_shared(
     if not report.ok:
         raise ChainBrokenError(_broken(report, f"the shared store at {where(url)}"))
     line = f"OK: {report.events} events verify on the shared store at {where(url)}. "
-    if copy is not None and at_copy is not None:
-        if copy.events and at_copy.anchor_hash != copy.head_hash:
+    if copy is not None:
+        if copy.events and at_copy != copy.head_hash:
             raise ChainBrokenError(
                 f"This machine's copy of the log ({runtime.db_file}, {copy.events} events) "
                 f"differs from the shared store at position {copy.events}: it was made from "
