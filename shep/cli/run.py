@@ -160,9 +160,11 @@ def resume(
     worker is still alive is not resumed unless --force: that worker is
     interrupted first, and fenced off, so it can never write to the run again.
     """
-    from projections.queries import resolve_run_id
+    from events.audit import run_in_log
 
-    run_id = UUID(resolve_run_id(runtime.read_db(), run_ref))
+    # From the log, not the projections: a worker stopped inside a write transaction
+    # keeps them from catching up, and --force is how that worker is taken over.
+    run_id = UUID(run_in_log(runtime.read_db(), run_ref))
     _resume(runtime, run_id, background=background, timeout=timeout, force=force)
 
 
@@ -185,12 +187,12 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
     """
     from commands.cancel_run import cancel_run
     from commands.run_state import load_run
+    from events.audit import run_in_log
     from events.runs import RunStatus
-    from projections.queries import resolve_run_id
     from shep.identity import current_actor
     from shep.worker import stop_worker
 
-    run_id = UUID(resolve_run_id(runtime.read_db(), run_ref))
+    run_id = UUID(run_in_log(runtime.read_db(), run_ref))  # its state is read from the log
     store = runtime.store()
     before = load_run(store, run_id)
     cancel_run(store, run_id, cancelled_by=current_actor())

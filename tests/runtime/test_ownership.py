@@ -198,6 +198,70 @@ def test_resume_force_takes_over_a_stopped_worker(
     assert [o.epoch for o in _owners(shep_home, run_id)] == [1, 2]
 
 
+HOLD_THE_WRITE_LOCK = """
+import sys, time
+import apsw
+sys.stdin.readline()
+conn = apsw.Connection(sys.argv[1])
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.slow  # every command first waits out the store's busy timeout (10 s)
+def test_resume_force_finds_a_run_the_projections_never_saw_behind_a_stopped_writer(
+    repo: Path, fake_claude: Path, shep_home: Path
+) -> None:
+    """The worker was stopped inside a write transaction before any command projected its run.
+
+    The projections cannot catch up while it sleeps holding the lock, so the
+    run is found in the log; --force stops that worker and the run completes.
+    (CI's chaos run once stopped a worker there: resume --force said "No run".)
+    """
+    worker = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_WRITE_LOCK, str(shep_home / "shep.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with EventStore(shep_home / "shep.db") as store:
+            run_id = create_run(
+                store,
+                workflow="analyze-repository",
+                agent_type="claude-code",
+                repo=str(repo),
+                node_names=NODES,
+                created_by="me",
+            )
+            start_run(
+                store,
+                run_id,
+                pid=worker.pid,
+                host=host_name(),
+                process_start=process_start(worker.pid),
+            )
+        assert worker.stdin is not None
+        assert worker.stdout is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline() == "locked\n"
+        os.kill(worker.pid, signal.SIGSTOP)
+        forced = shep("resume", run_id.hex[:8], "--force", "--background")
+        assert (forced.returncode, forced.stdout.strip()) == (0, run_id.hex), forced.stderr
+        assert "locked by another process" in forced.stderr
+        assert f"stopped worker {worker.pid}" in forced.stderr
+        assert worker.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    wait_for(lambda: run_row(run_id.hex)["status"] == "completed", what="completion")
+    assert _once_each(_events(shep_home, run_id.hex)) == sorted(NODES)
+    assert [o.epoch for o in _owners(shep_home, run_id.hex)] == [1, 2]
+
+
 def test_cancel_never_signals_a_process_that_reused_the_worker_s_pid(
     store: EventStore, shep_home: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
