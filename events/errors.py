@@ -103,15 +103,6 @@ class WorkerStillRunningError(ShepError):
     exit_code = 2
 
 
-class NoRunsError(ShepError):
-    """The store holds no runs yet."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "No runs yet. Start one with `shep run analyze-repository`, or try `shep demo`."
-        )
-
-
 class ChainBrokenError(ShepError):
     """The hash chain does not verify: history was edited, cut short or damaged."""
 

@@ -29,11 +29,10 @@ def redacted(url: str) -> str:
     """The URL with any password replaced by ``***``: safe for stderr, logs and ``--json``."""
     try:
         parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            user, _, host = netloc.rpartition("@")
+        if parts.password is not None:  # rebuilt only then: urlunsplit drops an empty "//"
+            user, _, host = parts.netloc.rpartition("@")
             netloc = f"{user.split(':', 1)[0]}:***@{host}"
-        url = urlunsplit(parts._replace(netloc=netloc))
+            url = urlunsplit(parts._replace(netloc=netloc))
     except ValueError:
         return "postgresql://(unreadable URL)"
     return _PASSWORD_PARAM.sub(r"\1***", url)

@@ -14,7 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from events.errors import SecretsError
+from events.errors import SecretsError, SettingsError
+from events.postgres_url import is_postgres_url, redacted
 
 SECRETS_FILE = "secrets"
 #: Held (flock, exclusive) by whoever reads, changes and replaces the secrets file.
@@ -158,7 +159,13 @@ def save_store_url(home: Path, url: str | None) -> None:
 
 def configured_store_url(home: Path) -> str | None:
     """``$SHEP_DATABASE_URL``, else the URL saved for this home, else None (SQLite)."""
-    return os.environ.get(STORE_URL_ENV) or load_store_url(home)
+    url = os.environ.get(STORE_URL_ENV)
+    if url and not is_postgres_url(url):
+        raise SettingsError(
+            f"{STORE_URL_ENV} is not a PostgreSQL URL: {redacted(url)} (postgresql://...). "
+            f"Unset it to keep the log in this home's SQLite file."
+        )
+    return url or load_store_url(home)
 
 
 def require_token(home: Path, agent_type: str, *, configured: bool) -> None:

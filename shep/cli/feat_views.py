@@ -38,7 +38,7 @@ from events.features import (
     TestsRan,
 )
 from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, RunStatus
-from shep.cli.render import age, printable, short_id, table
+from shep.cli.render import age, counted, printable, short_id, table
 from shep.feature_removal import Feature, carry_out, disk_usage, load_feature, plan_removal
 from shep.runtime import Runtime
 
@@ -442,7 +442,7 @@ def _result_line(d: dict[str, Any]) -> str:
         m = merge["merged"]
         parts.append(
             f"merged into {printable(m['into'])} as {m['commit'][:10]} ({m['files']} files, "
-            f"+{m['added']} -{m['removed']}, {m['commits']} commit{_plural(m['commits'])})"
+            f"+{m['added']} -{m['removed']}, {counted(m['commits'], 'commit')})"
         )
     if merge["conflicted"]:
         c = merge["conflicted"]
@@ -671,7 +671,3 @@ def human_size(size: int) -> str:
             return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
-
-
-def _plural(count: int) -> str:
-    return "" if count == 1 else "s"

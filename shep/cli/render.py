@@ -13,6 +13,11 @@ import click
 SHORT_ID = 8
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 event``, ``2 events``: a count with its noun, plural when it is not one."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def short_id(run_id: str) -> str:
     return run_id[:SHORT_ID]
 

@@ -8,7 +8,6 @@ from typing import Any
 import click
 import msgspec
 
-from events.errors import NoRunsError
 from events.runs import RunStatus
 from projections.queries import get_run, list_runs, resolve_run_id
 from shep.cli.render import age, short_id, table
@@ -37,8 +36,9 @@ def status(runtime: Runtime, run: str | None, show_all: bool, as_json: bool) -> 
     if as_json:
         click.echo(_json(runs))  # `[]` when there are none: a list, not an error
         return
-    if not runs:
-        raise NoRunsError()
+    if not runs:  # an empty result, not an error: say where to start, exit 0
+        click.echo("No runs yet. Start one with `shep run analyze-repository`, or try `shep demo`.")
+        return
     now = datetime.now(UTC)
     stale_after = _stale_after(conn, runs)
     click.echo(

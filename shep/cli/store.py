@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from shep.cli.render import counted
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -84,9 +85,12 @@ def migrate(runtime: Runtime, target: str | None, to_stdin: bool) -> None:
     if not after.ok or after.head_hash != before.head_hash or after.events != before.events:
         raise StoreError(
             f"The copy at {where(target)} does not verify as the source does "
-            f"({after.events} events, head {after.head_hash.hex()}): investigate before using it."
+            f"({counted(after.events, 'event')}, head {after.head_hash.hex()}): "
+            "investigate before using it."
         )
-    click.echo(f"Copied {copied} events from {source} to the shared store at {where(target)}.")
+    click.echo(
+        f"Copied {counted(copied, 'event')} from {source} to the shared store at {where(target)}."
+    )
     click.echo(f"{source}: {before.events} events verify. Head hash: {before.head_hash.hex()}")
     click.echo(f"{where(target)}: {after.events} events verify. Head hash: {after.head_hash.hex()}")
     if runtime.store_url != target:
@@ -110,7 +114,7 @@ def _copy(conn: apsw.Connection, dest: EventStore, where: str) -> int:
         held = curs.execute("SELECT count(*) AS n FROM stored_events").fetchone()
         if held and held["n"]:
             raise StoreError(
-                f"The shared store at {where} already holds {held['n']} events: "
+                f"The shared store at {where} already holds {counted(held['n'], 'event')}: "
                 "migrate copies into an empty store only."
             )
         rows = conn.execute(

@@ -23,16 +23,6 @@ from tests.e2e.cli import shep
 from tests.histories import random_run
 
 
-def test_status_on_empty_store_is_one_line_and_nonzero(shep_home: Path) -> None:
-    """No runs: one line on stderr pointing at the first command, exit 1, no traceback."""
-    result = shep("status")
-    assert result.returncode == 1
-    assert result.stderr == (
-        "shep: No runs yet. Start one with `shep run analyze-repository`, or try `shep demo`.\n"
-    )
-    assert result.stdout == ""
-
-
 def test_status_lists_runs_and_json_has_fields(store: EventStore) -> None:
     """The table shows each run; --json carries the projection's fields."""
     rng = random.Random(5)

@@ -258,7 +258,7 @@ def test_a_target_that_holds_events_is_refused_and_nothing_is_written(
 
     result = shep("store", "migrate", "--to", pg_url)
     assert one_error_line(result) == (
-        f"The shared store at {where(pg_url)} already holds 1 events: "
+        f"The shared store at {where(pg_url)} already holds 1 event: "
         "migrate copies into an empty store only."
     )
     assert result.stdout == ""

@@ -138,11 +138,29 @@ def test_two_sources_at_once_are_refused(shep_home: Path, pg_url: str) -> None:
     assert not (shep_home / "store").exists()
 
 
-@pytest.mark.parametrize("url", ["mysql://shep@db/team", "sqlite:shep.db", "db.internal/team"])
+NOT_POSTGRESQL = ["mysql://shep@db/team", "sqlite:shep.db", "sqlite:///srv/shep.db", "db/team"]
+
+
+@pytest.mark.parametrize("url", NOT_POSTGRESQL)
 def test_a_url_that_is_not_postgresql_is_refused(shep_home: Path, url: str) -> None:
     result = shep("settings", "store", "--url", url)
     assert one_error_line(result) == f"Not a PostgreSQL URL: {url} (postgresql://...)."
     assert not (shep_home / "store").exists()
+
+
+@pytest.mark.parametrize("url", NOT_POSTGRESQL)
+@pytest.mark.parametrize("args", [("status",), ("settings", "store", "--local")])
+def test_a_database_url_in_the_environment_that_is_not_postgresql_is_refused(
+    shep_home: Path, url: str, args: tuple[str, ...]
+) -> None:
+    """Every command names the variable and how to go back to SQLite; nothing is written."""
+    result = shep(*args, env={"SHEP_DATABASE_URL": url})
+    assert result.returncode == 2
+    assert one_error_line(result) == (
+        f"SHEP_DATABASE_URL is not a PostgreSQL URL: {url} (postgresql://...). "
+        "Unset it to keep the log in this home's SQLite file."
+    )
+    assert not shep_home.exists() or not any(shep_home.iterdir())
 
 
 def test_an_unreachable_server_is_refused_and_the_saved_url_is_kept(
