@@ -164,6 +164,18 @@ class PgDatastore(PostgresDatastore):
             finally:
                 self._held.conn = None
 
+    def connect_error(self) -> psycopg.Error | None:
+        """Why a connection fails, in libpq's words (None: one opens now).
+
+        The pool only says it got no connection in time; a direct connection
+        says why (no such database, a refused login, a refused port).
+        """
+        try:
+            psycopg.connect(self.url, **cast(dict[str, Any], self.pool.kwargs)).close()
+        except psycopg.Error as e:
+            return e
+        return None
+
     @property
     def holding(self) -> bool:
         """Whether this thread is inside ``hold()``."""

@@ -63,7 +63,8 @@ def store_error(error: BaseException, url: str) -> StoreError:
     first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else name
     server = where(url)
     if name in ("OperationalError", "InterfaceError", "ConnectionTimeout", "PoolTimeout"):
-        if "password authentication failed" in first_line or "no password supplied" in first_line:
+        login = ("password authentication failed", "no password supplied", 'role "')
+        if any(words in first_line for words in login):
             return StoreUnavailableError(
                 f"The shared store at {server} refused the login ({first_line}). "
                 "Check the user and password (PGPASSWORD or ~/.pgpass)."

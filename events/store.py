@@ -85,8 +85,11 @@ class EventStore:
                         self.recorder.create_table()
                         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except PersistenceError as e:
+            cause: BaseException = e
+            if self.url is not None and type(e.__cause__).__name__ == "PoolTimeout":
+                cause = self.datastore.connect_error() or e  # the pool does not say why
             self.datastore.close()
-            raise self._error(e) from e
+            raise self._error(cause) from e
 
     @property
     def shared(self) -> bool:

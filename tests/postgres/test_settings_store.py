@@ -179,6 +179,18 @@ def test_an_unreachable_server_is_refused_and_the_saved_url_is_kept(
     assert shown()["url"] == pg_url
 
 
+def test_a_mistyped_database_is_named_as_missing_and_nothing_is_saved(
+    shep_home: Path, pg_server: PostgresServer
+) -> None:
+    """The pool only times out; the one line still says the database does not exist."""
+    url = pg_server.url("tema")
+    result = shep("settings", "store", "--url", url)
+    line = one_error_line(result)
+    assert line.startswith(f"The shared store at {where(url)} has no such database (")
+    assert 'database "tema" does not exist' in line
+    assert not (shep_home / "store").exists()
+
+
 def test_the_environment_wins_over_the_saved_url(
     shep_home: Path, pg_server: PostgresServer
 ) -> None:

@@ -24,6 +24,7 @@ import pytest
 from events.audit import open_log, verify_chain
 from events.base import utc_now
 from events.errors import ConcurrencyError, StoreUnavailableError
+from events.postgres_url import where
 from events.postgres_verify import verify_pg_chain
 from events.runs import RunCreated
 from events.store import EventStore
@@ -153,8 +154,23 @@ def test_unreachable_server_is_one_clear_error_without_the_password() -> None:
 
 
 def test_missing_database_is_one_clear_error(pg_server: PostgresServer) -> None:
-    with pytest.raises(StoreUnavailableError, match="no_such_db"):
-        EventStore(pg_server.url("no_such_db"))
+    """The pool only times out; the message still says what libpq said: no such database."""
+    url = pg_server.url("no_such_db")
+    with pytest.raises(StoreUnavailableError) as caught:
+        EventStore(url)
+    message = str(caught.value)
+    assert message.startswith(f"The shared store at {where(url)} has no such database (")
+    assert 'database "no_such_db" does not exist' in message
+    assert message.endswith("Create it (createdb) or fix the URL: shep settings store --url URL.")
+
+
+def test_unknown_user_is_a_refused_login(pg_server: PostgresServer) -> None:
+    url = pg_server.url("postgres").replace(f"//{pg_server.user}@", "//nobody_here@")
+    with pytest.raises(StoreUnavailableError) as caught:
+        EventStore(url)
+    message = str(caught.value)
+    assert message.startswith(f"The shared store at {where(url)} refused the login (")
+    assert 'role "nobody_here" does not exist' in message
 
 
 class socket_nobody_listens_on:
