@@ -7,6 +7,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from events.features import (
     BranchPushed,
     FeatureMerged,
@@ -86,6 +88,7 @@ def _fake_gh(bin_dir: Path, log: Path) -> None:
     gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
 
 
+@pytest.mark.slow
 def test_pr_pushes_the_branch_and_opens_a_pull_request_instead_of_merging(
     repo: Path, agent: FeatureAgent, shep_home: Path, tmp_path: Path
 ) -> None:

@@ -171,6 +171,7 @@ def assert_snapshots_are_refs(repo: Path, home: Path, run_id: str) -> dict[str, 
 # -- a. the happy path ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_allow_all_runs_the_whole_graph_to_a_merged_commit(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -400,6 +401,7 @@ def test_a_rejected_merge_gate_revises_the_code_with_the_reason(
 # -- d. repairs --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_invalid_plan_is_repaired_and_the_run_goes_on(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -440,6 +442,7 @@ def _give_up_on_the_plan(repo: Path, agent: FeatureAgent, home: Path) -> str:
     return only_run(home)
 
 
+@pytest.mark.slow
 def test_an_unrepairable_plan_fails_the_run_with_the_validation_errors(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:
@@ -822,6 +825,7 @@ def test_sigkill_right_after_the_base_moved_still_records_the_merge(
 # -- h. fast, --base, refusals ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fast_goes_straight_to_the_code_and_merges(
     repo: Path, agent: FeatureAgent, shep_home: Path
 ) -> None:

@@ -232,6 +232,7 @@ def test_fork_refusals_are_one_line(shep: Shep) -> None:
     assert len(worktree.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_an_analysis_fork_reruns_only_the_steps_after_its_checkpoint(shep: Shep) -> None:
     shep("run", "analyze-repository")
     origin = UUID(_runs(shep)[0]["run_id"])

@@ -122,6 +122,7 @@ def test_deadline_applies_recommended_option_and_gate_never_expires(
     assert_rebuild_equals_incremental(shep_home)
 
 
+@pytest.mark.slow
 def test_a_question_answered_in_time_keeps_its_answer(
     repo: Path, fake_claude: Path, shep_home: Path
 ) -> None:

@@ -65,6 +65,7 @@ def test_happy_path_question_then_gate(repo: Path, fake_claude: Path, agent_log:
     assert _inbox() == []
 
 
+@pytest.mark.slow
 def test_escape_codes_in_answers_never_reach_a_terminal(
     repo: Path, fake_claude: Path, agent_log: Path
 ) -> None:

@@ -75,6 +75,7 @@ def test_empty_home(shep_home: Path) -> None:
     assert not (shep_home / "shep.db").exists()
 
 
+@pytest.mark.slow
 def test_mistakes_get_one_line_and_an_exit_code(
     repo: Path, store: EventStore, shep_home: Path
 ) -> None:

@@ -103,6 +103,7 @@ def _state(runtime: Runtime, item: Row) -> ItemState:
     return state
 
 
+@pytest.mark.slow
 def test_enter_answers_with_the_preselected_recommended_option(
     runtime: Runtime,
     repo: Path,
@@ -131,6 +132,7 @@ def test_enter_answers_with_the_preselected_recommended_option(
     assert "Scope: Small: one module" in (repo / "shep-review.md").read_text()
 
 
+@pytest.mark.slow
 def test_moves_with_j_k_and_arrows_to_another_item_and_option(
     runtime: Runtime, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -151,6 +153,7 @@ def test_moves_with_j_k_and_arrows_to_another_item_and_option(
     _wait_pending(runtime, run_id, ["question"])  # resumed with the answer, waits on the other
 
 
+@pytest.mark.slow
 def test_answers_with_free_text_and_refuses_an_empty_one(runtime: Runtime, repo: Path) -> None:
     """ "Type an answer..." (after the options) takes free text; an empty one is asked again;
     the text is recorded with no option, and the run uses it.
@@ -224,6 +227,7 @@ def test_rejects_a_gate_with_a_reason_after_refusing_an_empty_one(
     assert "Add tests first" in drafts[1]["prompt"]
 
 
+@pytest.mark.slow
 def test_an_empty_reason_never_rejects(
     runtime: Runtime, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -284,6 +288,7 @@ def test_going_back_or_declining_records_nothing(
     assert capsys.readouterr().out.count("Nothing recorded.") == 1
 
 
+@pytest.mark.slow
 def test_decides_until_the_inbox_is_empty(
     runtime: Runtime, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -303,6 +308,7 @@ def test_decides_until_the_inbox_is_empty(
     assert (repo / "answers.txt").read_text() == (f"a={by_node['ask_a']}\nb={by_node['ask_b']}\n")
 
 
+@pytest.mark.slow
 def test_a_decision_that_lost_the_race_is_said_and_the_picker_goes_on(
     runtime: Runtime, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

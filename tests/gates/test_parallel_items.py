@@ -35,6 +35,7 @@ def _by_node(items: list[QuestionAsked]) -> dict[str, QuestionAsked]:
     return {i.node: i for i in items}
 
 
+@pytest.mark.slow
 def test_answers_in_reverse_order_go_to_their_own_questions(
     repo: Path, fake_claude: Path, shep_home: Path
 ) -> None:
@@ -148,6 +149,7 @@ shep.cli.main(sys.argv[2:])
 """
 
 
+@pytest.mark.slow
 def test_answer_landing_while_the_worker_suspends_is_not_stranded(
     repo: Path, fake_claude: Path, shep_home: Path
 ) -> None:

@@ -129,6 +129,7 @@ def test_reject_loops_back_with_reason_until_approved(
     assert_rebuild_equals_incremental(shep_home)
 
 
+@pytest.mark.slow
 def test_logs_show_the_iteration_and_the_rejection(
     repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path
 ) -> None:

@@ -351,6 +351,7 @@ def test_a_target_that_is_not_postgresql_is_one_line(
     assert not (shep_home / "shared-cache.db").exists()
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_one_line_and_nothing_is_saved(
     small_log: list[Row], shep_home: Path
 ) -> None:
@@ -364,6 +365,7 @@ def test_an_unreachable_server_is_one_line_and_nothing_is_saved(
     assert sqlite_rows(shep_home / "shep.db") == small_log
 
 
+@pytest.mark.slow
 def test_a_missing_database_or_home_is_one_line(shep_home: Path, pg_server: PostgresServer) -> None:
     nothing = shep("store", "migrate", "--to", pg_server.database())
     assert one_error_line(nothing) == (

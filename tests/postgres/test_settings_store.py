@@ -163,6 +163,7 @@ def test_a_database_url_in_the_environment_that_is_not_postgresql_is_refused(
     assert not shep_home.exists() or not any(shep_home.iterdir())
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_refused_and_the_saved_url_is_kept(
     shep_home: Path, pg_url: str
 ) -> None:
@@ -179,6 +180,7 @@ def test_an_unreachable_server_is_refused_and_the_saved_url_is_kept(
     assert shown()["url"] == pg_url
 
 
+@pytest.mark.slow
 def test_a_mistyped_database_is_named_as_missing_and_nothing_is_saved(
     shep_home: Path, pg_server: PostgresServer
 ) -> None:

@@ -142,6 +142,7 @@ def test_eight_processes_append_at_once_without_gaps(pg_url: str) -> None:
     assert report.events == 200
 
 
+@pytest.mark.slow
 def test_unreachable_server_is_one_clear_error_without_the_password() -> None:
     """Nothing listens: StoreUnavailableError naming host, port and database, never the password."""
     with socket_nobody_listens_on() as port:
@@ -153,6 +154,7 @@ def test_unreachable_server_is_one_clear_error_without_the_password() -> None:
     assert "hunter2secret" not in message
 
 
+@pytest.mark.slow
 def test_missing_database_is_one_clear_error(pg_server: PostgresServer) -> None:
     """The pool only times out; the message still says what libpq said: no such database."""
     url = pg_server.url("no_such_db")
@@ -164,6 +166,7 @@ def test_missing_database_is_one_clear_error(pg_server: PostgresServer) -> None:
     assert message.endswith("Create it (createdb) or fix the URL: shep settings store --url URL.")
 
 
+@pytest.mark.slow
 def test_unknown_user_is_a_refused_login(pg_server: PostgresServer) -> None:
     url = pg_server.url("postgres").replace(f"//{pg_server.user}@", "//nobody_here@")
     with pytest.raises(StoreUnavailableError) as caught:

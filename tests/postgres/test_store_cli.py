@@ -233,6 +233,7 @@ def test_a_tampered_server_and_another_store_are_refused(
     assert not verify_pg_chain(first).ok
 
 
+@pytest.mark.slow
 def test_with_the_server_away_status_reads_the_copy_and_says_how_old(
     home_with_a_run: str, shep_home: Path, own_pg_server: PostgresServer
 ) -> None:

@@ -131,6 +131,7 @@ def test_timeout_kills_agent_and_fails_node(
     assert run["error"].startswith("AgentTimeoutError")
 
 
+@pytest.mark.slow
 def test_unwritable_repository_interrupts_the_run_resumably(
     repo: Path, fake_claude: Path, agent_log: Path
 ) -> None:

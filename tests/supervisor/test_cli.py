@@ -207,6 +207,7 @@ BAD_OPTIONS = [
 ]
 
 
+@pytest.mark.slow
 def test_configure_bad_input_is_one_line_and_exit_2(
     shep_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,6 +385,7 @@ def _decided_history(store: EventStore, repo: Path) -> dict[str, UUID]:
     }
 
 
+@pytest.mark.slow
 def test_what_if_reports_the_decisions_a_policy_would_change_and_writes_nothing(
     shep_home: Path, repo: Path, tmp_path: Path, evaluator: Fake
 ) -> None:

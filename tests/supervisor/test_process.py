@@ -354,6 +354,7 @@ def test_supervisor_killed_while_evaluating_decides_the_item_once_after_restart(
     assert len(evaluator.calls()) == 2
 
 
+@pytest.mark.slow
 def test_evaluator_timeout_escalates_and_kills_the_evaluator(
     repo: Path, evaluator: Fake, shep_home: Path
 ) -> None:
@@ -478,6 +479,7 @@ def test_cosign_user_signs_first_then_the_background_supervisor_closes_the_gate(
     assert (made.decision, made.acted, made.cosign_pending) == ("approve", True, False)
 
 
+@pytest.mark.slow
 def test_an_evaluator_that_crashes_or_babbles_escalates_with_the_reason(
     repo: Path, evaluator: Fake, shep_home: Path
 ) -> None:
