@@ -190,9 +190,10 @@ def staleness(conn: apsw.Connection) -> tuple[float | None, int]:
 def describe_staleness(conn: apsw.Connection) -> str:
     """``copied 12s ago, 340 events`` (or ``never copied``), for the offline notice."""
     age, count = staleness(conn)
+    events = f"{count} event" if count == 1 else f"{count} events"
     if age is None:
-        return f"never copied, {count} events"
-    return f"copied {_ago(age)} ago, {count} events"
+        return f"never copied, {events}"
+    return f"copied {_ago(age)} ago, {events}"
 
 
 def _ago(seconds: float) -> str:

@@ -127,9 +127,10 @@ class Runtime:
 
                 pull_registered(conn)
             behind = lag(conn)
+            lagging = f"{behind} event" if behind == 1 else f"{behind} events"
             if behind > 0 and conn.readonly("main"):
                 print(
-                    f"shep: the event store is read-only: projections are {behind} events "
+                    f"shep: the event store is read-only: projections are {lagging} "
                     "behind the log, shown as they are.",
                     file=sys.stderr,
                 )
@@ -145,7 +146,7 @@ class Runtime:
                     # the projections as they are rather than fail the command.
                     print(
                         f"shep: the event store is locked by another process: projections "
-                        f"are {behind} events behind the log, shown as they are.",
+                        f"are {lagging} behind the log, shown as they are.",
                         file=sys.stderr,
                     )
         return self._read

@@ -17,6 +17,7 @@ import click
 
 from events.audit import ChainReport, open_log, verify_chain
 from events.errors import AnchorFormatError, ChainBrokenError, ShepError, StoreUnavailableError
+from shep.cli.render import counted, events_verify
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def verify(
         if not os.path.exists(runtime.db_file):
             raise StoreUnavailableError(f"No event store at {runtime.db_file}: nothing to verify.")
         report = _verify_file(runtime.db_file, anchor_position)
-        line = f"OK: {report.events} events verify. "
+        line = f"OK: {events_verify(report.events)}. "
     if anchor_position is not None:
         if anchor_position > report.events:
             raise ChainBrokenError(
@@ -124,18 +125,19 @@ def _verify_shared(
         click.echo(f"shep: {e} Verifying this machine's copy of the log only.", err=True)
         if anchor_position is not None:
             copy = _verify_file(runtime.db_file, anchor_position)
-        return copy, f"OK: this machine's copy ({copy.events} events) verifies. "
+        return copy, f"OK: this machine's copy ({counted(copy.events, 'event')}) verifies. "
     if not report.ok:
         raise ChainBrokenError(_broken(report, f"the shared store at {where(url)}"))
-    line = f"OK: {report.events} events verify on the shared store at {where(url)}. "
+    line = f"OK: {events_verify(report.events)} on the shared store at {where(url)}. "
     if copy is not None:
         if copy.events and at_copy != copy.head_hash:
             raise ChainBrokenError(
-                f"This machine's copy of the log ({runtime.db_file}, {copy.events} events) "
+                f"This machine's copy of the log ({runtime.db_file}, "
+                f"{counted(copy.events, 'event')}) "
                 f"differs from the shared store at position {copy.events}: it was made from "
                 "another store or edited. Move it aside; the next command copies the log anew."
             )
-        line += f"This machine's copy ({copy.events} events) matches. "
+        line += f"This machine's copy ({counted(copy.events, 'event')}) matches. "
     return report, line
 
 
@@ -162,9 +164,9 @@ def _verify_export(path: Path, anchor_position: int | None, anchor_hash: bytes) 
         where += f", log position {report.position})" if report.position is not None else ")"
         raise ChainBrokenError(
             f"Export {path} does not verify at {where}: {report.problem}. "
-            f"{report.count} events before it verify."
+            f"{events_verify(report.count, ' before it')}."
         )
-    line = f"OK: {report.count} events verify. "
+    line = f"OK: {events_verify(report.count)}. "
     if anchor_position is not None:
         if report.anchor_hash is None:
             raise ChainBrokenError(
@@ -187,7 +189,7 @@ def _verify_bundle(path: Path) -> None:
     result = verify_bundle(path)
     if not result.ok:
         raise BundleInvalidError(result.problem)
-    click.echo(f"OK: {result.count} events verify. Head hash: {result.head_hash}")
+    click.echo(f"OK: {events_verify(result.count or 0)}. Head hash: {result.head_hash}")
     if result.signer is not None:
         click.echo(f"Signed by {result.signer}: check that this is a key you trust.")
 
@@ -282,7 +284,7 @@ def _export(
     count = _export_stream(db, flt, fmt, target)
     if target is not None:
         # write_otlp counts the lines it wrote (a run's trace, a batch of log records).
-        what = f"{count} OTLP lines" if fmt == "otlp-json" else f"{count} events"
+        what = f"{count} OTLP lines" if fmt == "otlp-json" else counted(count, "event")
         click.echo(f"Exported {what} to {target}.")
 
 
@@ -382,10 +384,10 @@ def _broken(report: ChainReport, db_file: str) -> str:
     if report.damaged:
         return (
             f"The event store {db_file} is damaged at position {report.first_bad_position}: "
-            f"{report.problem}. {report.events} events before it verify. "
+            f"{report.problem}. {events_verify(report.events, ' before it')}. "
             "Restore it from a backup or move it aside."
         )
     return (
         f"Hash chain broken at position {report.first_bad_position}: {report.problem}. "
-        f"{report.events} events before it verify."
+        f"{events_verify(report.events, ' before it')}."
     )

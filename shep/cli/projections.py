@@ -9,6 +9,7 @@ import click
 from projections.database import open_database
 from projections.runner import rebuild
 from projections.schema import PROJECTIONS
+from shep.cli.render import counted
 from shep.runtime import Runtime
 
 
@@ -30,4 +31,4 @@ def rebuild_command(runtime: Runtime) -> None:
     finally:
         conn.close()
     names = ", ".join(p.name for p in PROJECTIONS)
-    click.echo(f"Rebuilt {names} from {count} events in {seconds:.2f}s.")
+    click.echo(f"Rebuilt {names} from {counted(count, 'event')} in {seconds:.2f}s.")

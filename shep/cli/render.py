@@ -18,6 +18,12 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def events_verify(count: int, between: str = "") -> str:
+    """``1 event verifies``, ``2 events before it verify``: a chain report's count."""
+    verb = "verifies" if count == 1 else "verify"
+    return f"{counted(count, 'event')}{between} {verb}"
+
+
 def short_id(run_id: str) -> str:
     return run_id[:SHORT_ID]
 

@@ -22,6 +22,7 @@ from events.setting_values import (
     checked_value,
     show_value,
 )
+from shep.cli.render import counted
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -584,4 +585,4 @@ def _print_store(runtime: Runtime, *, as_json: bool) -> None:
         click.echo(f"store: this home's own SQLite file {data['path']}")
         return
     click.echo(f"store: shared PostgreSQL {data['url']} (from {data['from']})")
-    click.echo(f"copy: {data['copy']} ({data['copied_events']} events)")
+    click.echo(f"copy: {data['copy']} ({counted(data['copied_events'], 'event')})")

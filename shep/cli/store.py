@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from shep.cli.render import counted
+from shep.cli.render import counted, events_verify
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -91,8 +91,9 @@ def migrate(runtime: Runtime, target: str | None, to_stdin: bool) -> None:
     click.echo(
         f"Copied {counted(copied, 'event')} from {source} to the shared store at {where(target)}."
     )
-    click.echo(f"{source}: {before.events} events verify. Head hash: {before.head_hash.hex()}")
-    click.echo(f"{where(target)}: {after.events} events verify. Head hash: {after.head_hash.hex()}")
+    click.echo(f"{source}: {events_verify(before.events)}. Head hash: {before.head_hash.hex()}")
+    target_line = f"{where(target)}: {events_verify(after.events)}."
+    click.echo(f"{target_line} Head hash: {after.head_hash.hex()}")
     if runtime.store_url != target:
         click.echo(
             "Next: point this home (and your team's) at it: shep settings store --url "

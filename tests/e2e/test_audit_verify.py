@@ -206,3 +206,20 @@ def _rewrite(db_path: Path, *, position: int, replace: tuple[bytes, bytes]) -> N
                 (state, previous, notification_id),
             )
     conn.close()
+
+
+def test_a_log_of_one_event_is_counted_in_the_singular(store: EventStore, db_path: Path) -> None:
+    """A fresh home's first event: "1 event verifies", and a break after it "1 event before it"."""
+    create_run(
+        store, workflow="wf", agent_type="demo", repo="/r", node_names=["a"], created_by="me"
+    )
+    assert store.max_position() == 1
+    ok = shep("audit", "verify", check=True)
+    assert ok.stdout == f"OK: 1 event verifies. Head hash: {head_of(ok.stdout)}\n"
+    create_run(
+        store, workflow="wf", agent_type="demo", repo="/r", node_names=["a"], created_by="me"
+    )
+    edit(db_path, "UPDATE stored_events SET state = X'00' WHERE notification_id = 2")
+    broken = shep("audit", "verify")
+    assert broken.returncode == 4
+    assert "1 event before it verifies" in broken.stderr, broken.stderr

@@ -178,7 +178,7 @@ def test_a_row_edited_below_the_copy_s_head_is_caught_by_audit_verify(
     assert result.returncode == 4
     assert one_error_line(result) == (
         "Hash chain broken at position 2: stored hash does not match the event and its "
-        "predecessor (the event or an earlier hash was edited). 1 events before it verify."
+        "predecessor (the event or an earlier hash was edited). 1 event before it verifies."
     )
     assert verify_pg_chain(pg_url).ok  # the server's log is whole
 
