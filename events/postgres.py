@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 from uuid import UUID
@@ -182,6 +182,19 @@ class PgDatastore(PostgresDatastore):
         return getattr(self._held, "conn", None) is not None
 
 
+def _columns(event: StoredEvent, encode_id: Callable[[UUID | str], str]) -> tuple[Any, ...]:
+    """One event's columns, as the append function takes them."""
+    return (encode_id(event.originator_id), event.originator_version, event.topic, event.state)
+
+
+def _column_lists(
+    events: Sequence[StoredEvent], encode_id: Callable[[UUID | str], str]
+) -> tuple[list[Any], ...]:
+    """Several events' columns, a list each (the append function's arrays)."""
+    rows = [_columns(e, encode_id) for e in events]
+    return tuple(list(column) for column in zip(*rows, strict=True))
+
+
 def _once(method: Any) -> Any:
     """A library method without its ``@retry`` wrapper."""
     return getattr(method, "__wrapped__", method)
@@ -270,6 +283,16 @@ class PgProcessRecorder(PostgresProcessRecorder):
             .format(schema=schema, function=function)
             .as_bytes(None)
         )
+        # One event, the usual append, as four scalars: psycopg dumps them in C, where
+        # lists go through its Python array dumper (a tenth of a durable append's time).
+        self._append_one = (
+            SQL(
+                "SELECT {schema}.{function}(ARRAY[%s::text], ARRAY[%s::bigint], "
+                "ARRAY[%s::text], ARRAY[%s::bytea])"
+            )
+            .format(schema=schema, function=function)
+            .as_bytes(None)
+        )
         columns = SQL(
             "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
         ).format(schema=schema, table=table)
@@ -351,14 +374,13 @@ class PgProcessRecorder(PostgresProcessRecorder):
                 return [row[0] for row in rows]
         if tracking is None:
             encode_id = self.datastore.encode_id
-            params = (
-                [encode_id(e.originator_id) for e in stored_events],
-                [e.originator_version for e in stored_events],
-                [e.topic for e in stored_events],
-                [e.state for e in stored_events],
+            statement, params = (
+                (self._append_one, _columns(stored_events[0], encode_id))
+                if len(stored_events) == 1
+                else (self._append, _column_lists(stored_events, encode_id))
             )
             with self.datastore.get_connection() as conn:  # autocommit: one transaction
-                appended = conn.execute(self._append, params, prepare=True).fetchall()
+                appended = conn.execute(statement, params, prepare=True).fetchall()
             return [int(row[self.append_function]) for row in appended]
         with self.datastore.get_connection() as conn:
             return self._insert_and_commit(conn, stored_events, tracking)

@@ -63,6 +63,8 @@ def test_conflict_stores_nothing_and_leaves_no_gap(pg_store: EventStore, pg_url:
     with pytest.raises(ConcurrencyError, match="version 1 is taken"):
         pg_store.append([other, first])
     assert pg_store.load(other.originator_id) == []
+    with pytest.raises(ConcurrencyError, match="version 1 is taken"):
+        pg_store.append([first])  # one event goes by another statement: the same refusal
     assert pg_store.append([created()]) == [2]
     assert positions(pg_url) == [1, 2]
 
