@@ -28,6 +28,7 @@ from events.chain import GENESIS_HASH, chain_hash
 from events.errors import ChainBrokenError, StoreError, StoreUnavailableError
 from events.postgres_url import store_error, where
 from events.schema import immediate_transaction
+from events.words import counted
 
 #: Seconds to wait for the server before reading the copy as it is.
 CONNECT_TIMEOUT = 3
@@ -190,10 +191,9 @@ def staleness(conn: apsw.Connection) -> tuple[float | None, int]:
 def describe_staleness(conn: apsw.Connection) -> str:
     """``copied 12s ago, 340 events`` (or ``never copied``), for the offline notice."""
     age, count = staleness(conn)
-    events = f"{count} event" if count == 1 else f"{count} events"
     if age is None:
-        return f"never copied, {events}"
-    return f"copied {_ago(age)} ago, {events}"
+        return f"never copied, {counted(count, 'event')}"
+    return f"copied {_ago(age)} ago, {counted(count, 'event')}"
 
 
 def _ago(seconds: float) -> str:

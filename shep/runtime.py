@@ -15,6 +15,7 @@ import apsw
 from events.errors import ShepError, StoreError, StoreUnavailableError
 from events.runs import RunStatus
 from events.schema import ensure_home, home_from_env
+from events.words import counted
 from projections.database import has_schema, lag, open_database
 
 #: The file a home on a shared store keeps its copy of the log and its projections in.
@@ -127,11 +128,10 @@ class Runtime:
 
                 pull_registered(conn)
             behind = lag(conn)
-            lagging = f"{behind} event" if behind == 1 else f"{behind} events"
             if behind > 0 and conn.readonly("main"):
                 print(
-                    f"shep: the event store is read-only: projections are {lagging} "
-                    "behind the log, shown as they are.",
+                    "shep: the event store is read-only: projections are "
+                    f"{counted(behind, 'event')} behind the log, shown as they are.",
                     file=sys.stderr,
                 )
             elif behind > 0 and catch_up:
@@ -146,7 +146,7 @@ class Runtime:
                     # the projections as they are rather than fail the command.
                     print(
                         f"shep: the event store is locked by another process: projections "
-                        f"are {lagging} behind the log, shown as they are.",
+                        f"are {counted(behind, 'event')} behind the log, shown as they are.",
                         file=sys.stderr,
                     )
         return self._read
@@ -210,8 +210,7 @@ class Runtime:
                 continue  # another process got there first, the run ended, or was resumed
         catch_up(conn)
         if marked:
-            noun = "run" if marked == 1 else "runs"
-            print(f"{marked} interrupted {noun}: shep status", file=sys.stderr)
+            print(f"{counted(marked, 'interrupted run')}: shep status", file=sys.stderr)
         return marked
 
     def check_inbox(self, *, notice: bool = True) -> int:

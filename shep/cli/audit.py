@@ -17,7 +17,8 @@ import click
 
 from events.audit import ChainReport, open_log, verify_chain
 from events.errors import AnchorFormatError, ChainBrokenError, ShepError, StoreUnavailableError
-from shep.cli.render import counted, events_verify
+from events.words import counted
+from shep.cli.render import events_verify
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:

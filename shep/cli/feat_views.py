@@ -38,7 +38,8 @@ from events.features import (
     TestsRan,
 )
 from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, RunStatus
-from shep.cli.render import age, counted, printable, short_id, table
+from events.words import counted
+from shep.cli.render import age, printable, short_id, table
 from shep.feature_removal import Feature, carry_out, disk_usage, load_feature, plan_removal
 from shep.runtime import Runtime
 
@@ -622,8 +623,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
     _report_orphans(worktrees_root(runtime.home), features)
     verb = "Would free" if dry_run else "Freed"
     if removed:
-        noun = "worktree" if removed == 1 else "worktrees"
-        click.echo(f"{verb} {human_size(freed)} from {removed} {noun}.")
+        click.echo(f"{verb} {human_size(freed)} from {counted(removed, 'worktree')}.")
     else:
         click.echo(f"Nothing to remove: no finished feature's worktree is older than {older_than}.")
     if failed:

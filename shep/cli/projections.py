@@ -6,10 +6,10 @@ import time
 
 import click
 
+from events.words import counted
 from projections.database import open_database
 from projections.runner import rebuild
 from projections.schema import PROJECTIONS
-from shep.cli.render import counted
 from shep.runtime import Runtime
 
 

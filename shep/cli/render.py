@@ -10,12 +10,9 @@ from typing import Any
 
 import click
 
+from events.words import counted
+
 SHORT_ID = 8
-
-
-def counted(count: int, noun: str) -> str:
-    """``1 event``, ``2 events``: a count with its noun, plural when it is not one."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def events_verify(count: int, between: str = "") -> str:

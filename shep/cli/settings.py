@@ -22,7 +22,7 @@ from events.setting_values import (
     checked_value,
     show_value,
 )
-from shep.cli.render import counted
+from events.words import counted
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:

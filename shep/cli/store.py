@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from shep.cli.render import counted, events_verify
+from events.words import counted
+from shep.cli.render import events_verify
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:

@@ -28,6 +28,7 @@ from events.features import (
     WorktreeSetupRan,
 )
 from events.runs import NodeCompleted, Usage
+from events.words import counted
 from shep.workflows.base import (
     Approval,
     Option,
@@ -295,10 +296,6 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     return {"review": review}
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def merge_approval(state: Mapping[str, Any]) -> Approval:
     inputs = inputs_of(state)
     review = state.get("review") or {}
@@ -312,9 +309,9 @@ def merge_approval(state: Mapping[str, Any]) -> Approval:
         outcome = f"`{tests['command']}` {word}"
     summary = (
         f"Merge {inputs['branch']} into {inputs['base']}: "
-        f"{_count(review.get('files', 0), 'file')} changed, "
+        f"{counted(review.get('files', 0), 'file')} changed, "
         f"+{review.get('added', 0)} -{review.get('removed', 0)} lines, "
-        f"{_count(review.get('commits', 0), 'commit')} by the agent; tests: {outcome}"
+        f"{counted(review.get('commits', 0), 'commit')} by the agent; tests: {outcome}"
     )
     return Approval(summary=summary)
 
@@ -434,7 +431,7 @@ def prd_approval(state: Mapping[str, Any]) -> Approval:
         technologies = ", ".join(spec.technologies) or "none named"
         summary = (
             f"Requirements: {spec.one_liner} (size {spec.size}; technologies: {technologies}; "
-            f"{_count(answered, 'open question')} answered)"
+            f"{counted(answered, 'open question')} answered)"
         )
     return Approval(summary=summary, artifacts=(f"{spec_dir}/spec.yaml",))
 
@@ -451,8 +448,9 @@ def plan_approval(state: Mapping[str, Any]) -> Approval:
         return Approval(summary=f"Plan for: {inputs_of(state)['description']}", artifacts=artifacts)
     parallel = sum(1 for p in plan.phases if p.parallel)
     summary = (
-        f"Plan: {_count(len(plan.phases), 'phase')} ({parallel} parallel), "
-        f"{_count(len(tasks.tasks), 'task')}, {_count(len(plan.files), 'file')} to create or modify"
+        f"Plan: {counted(len(plan.phases), 'phase')} ({parallel} parallel), "
+        f"{counted(len(tasks.tasks), 'task')}, "
+        f"{counted(len(plan.files), 'file')} to create or modify"
     )
     return Approval(summary=summary, artifacts=artifacts)
 
