@@ -5,6 +5,9 @@ started in ``$SHEP_HOME`` with its output in ``$SHEP_HOME/logs/RUN.log``; it
 survives the terminal that started it. ``-P`` and the neutral directory keep
 the caller's directory (the user's repository, which may have its own
 ``events/`` or ``shep/`` package) off ``sys.path``: a worker imports only shep.
+``-P`` is a flag of shep's own interpreter only: the worker's environment is the
+caller's (plus ``SHEP_HOME``), so what it starts (the project's test and setup
+commands, agent CLIs, ``notify_command``) runs as it would from the user's shell.
 
 A worker is identified by pid, host and process start time: a pid reused by
 another process never matches, so it is never signalled.
@@ -46,7 +49,9 @@ def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | Non
 def spawn_shep(home: Path, args: list[str], log: Path) -> int:
     """Start ``shep ARGS`` detached (its own session, in ``home``, output to ``log``)."""
     log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # -P: never put the working directory (or a script's) first on sys.path.
+    # -P: never put the working directory (or a script's) first on sys.path. A flag, not
+    # PYTHONSAFEPATH: every child would inherit that, and `python -m pytest` in the
+    # user's project would no longer import the project.
     argv = [sys.executable, "-P", "-m", "shep", *args]
     with open(log, "ab", buffering=0) as out:
         os.chmod(log, 0o600)
@@ -58,7 +63,7 @@ def spawn_shep(home: Path, args: list[str], log: Path) -> int:
             start_new_session=True,
             close_fds=True,
             cwd=home,
-            env={**os.environ, "SHEP_HOME": str(home), "PYTHONSAFEPATH": "1"},
+            env={**os.environ, "SHEP_HOME": str(home)},
         )
     return process.pid
 
