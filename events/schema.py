@@ -193,13 +193,23 @@ def ensure_home(home: str | Path) -> str:
 
 
 def home_from_env() -> str:
-    """``$SHEP_HOME``, or ``~/.shep``; refused unless its path is valid UTF-8.
+    """``$SHEP_HOME``, or ``~/.shep``, as an absolute path; refused unless it is valid UTF-8.
 
+    Absolute once, here: a relative SHEP_HOME names the directory under the one shep was
+    started in, and a background worker (which runs inside the home) and every path
+    recorded from it must name that same directory.
     Paths are recorded as text (events, SQLite file names); bytes that are not
     UTF-8 reach Python as lone surrogates, which no encoder accepts.
     """
     value = os.environ.get("SHEP_HOME")
     home = os.path.expanduser(value) if value else os.path.join(os.path.expanduser("~"), ".shep")
+    try:
+        home = os.path.abspath(home)
+    except FileNotFoundError as e:  # os.getcwd(): the current directory was removed
+        raise HomePathError(
+            f"SHEP_HOME {home!r} is relative and the current directory no longer exists. "
+            "Change to an existing directory, or make SHEP_HOME absolute."
+        ) from e
     try:
         home.encode()
     except UnicodeEncodeError as e:
