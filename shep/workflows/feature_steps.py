@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -238,9 +239,14 @@ def implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
 # -- tests, merge -----------------------------------------------------------------------------
 
 
-def detect_test_command(worktree: Path) -> str | None:
-    """The project's test command, when the repository says it plainly; None otherwise."""
+def detect_test_command(worktree: Path, source: Path | None = None) -> str | None:
+    """The project's test command, when the repository says it plainly; None otherwise.
+
+    A Python project's tests run with the interpreter its user would pick
+    (``project_python``); ``source`` is the user's repository the worktree was made from.
+    """
     import json
+    import shlex
 
     package = worktree / "package.json"
     if package.is_file():
@@ -255,7 +261,7 @@ def detect_test_command(worktree: Path) -> str | None:
                 return "make test"
     python = any((worktree / f).is_file() for f in ("pyproject.toml", "setup.py", "pytest.ini"))
     if python and ((worktree / "tests").is_dir() or (worktree / "test").is_dir()):
-        return "python -m pytest -q"
+        return f"{shlex.quote(project_python(worktree, source))} -m pytest -q"
     if (worktree / "Cargo.toml").is_file():
         return "cargo test"
     if (worktree / "go.mod").is_file():
@@ -263,18 +269,86 @@ def detect_test_command(worktree: Path) -> str | None:
     return None
 
 
+def project_python(worktree: Path, source: Path | None = None) -> str:
+    """The interpreter a user would run the project's tests with: the project's virtual
+    environment (``.venv`` or ``venv``: the worktree's, made by a setup command, else the
+    one in the user's repository, which git leaves out of the worktree), else ``python``
+    (``python3`` where there is no ``python``) as the user's PATH finds it. Shep never
+    changes that PATH, so its own environment is used only where the user's PATH gives it.
+    The worktree's environment is named relative to the worktree, where the command runs.
+    """
+    import shutil
+
+    for root in (worktree, source):
+        if root is None:
+            continue
+        for name in (".venv", "venv"):
+            candidate = root / name / "bin" / "python"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate.relative_to(root) if root == worktree else candidate)
+    if shutil.which("python") is None and shutil.which("python3") is not None:
+        return "python3"
+    return "python"
+
+
+#: The lines of a failed test command's output that say why, most telling first: a
+#: pytest summary line with its reason; an exception, a missing module or command, a
+#: panic; a line that says error or failure.
+_WHY_FAILED = (
+    re.compile(r"^(?:FAILED|ERROR) \S+ - \S"),
+    re.compile(
+        r"\b[A-Z]\w*(?:Error|Exception)\b|No module named|panicked at|not found|"
+        r"Permission denied"
+    ),
+    re.compile(r"^(?:FAILED|FAIL|ERROR|error|fatal|npm ERR!)\b|\berror:"),
+)
+
+
+def failure_reason(output: str, width: int = 160) -> str:
+    """The line of a failed command's output that best says why it failed (the last such
+    line, pytest's ``E`` prefix taken off), else its last line; ``""`` for no output.
+    """
+    lines = [line.strip().removeprefix("E ").strip() for line in output.splitlines()]
+    lines = [line for line in lines if line]
+    for pattern in _WHY_FAILED:
+        found = [line for line in lines if pattern.search(line)]
+        if found:
+            lines = found
+            break
+    if not lines:
+        return ""
+    line = lines[-1]
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
-    """Run the project's test command (never fails the run), and measure the diff for review."""
+    """Run the project's test command (never fails the run) on the agent's work, and
+    measure that work for review.
+
+    The work is snapshotted before the command runs, and the worktree put back to that
+    snapshot after it: what the command leaves behind (bytecode, caches, build output,
+    rewritten fixtures; ignored or not) is not the agent's work, so it is neither counted
+    on the merge gate nor merged (an ignored leftover stays on disk, and ``git add -A``
+    never takes it). A tests step resumed after a crash starts from the worktree as it
+    finds it.
+    """
     from shep import git
 
     inputs = io.inputs
-    command = str(io.setting("test_command") or "") or detect_test_command(io.repo)
+    # What the merge gate shows and the merge commits, before any test touches it.
+    snapshot = io.snapshot("review")
+    head = snapshot or git.resolve_commit(io.repo, "HEAD")
+    command = str(io.setting("test_command") or "") or detect_test_command(
+        io.repo, Path(inputs["source_repo"])
+    )
     tests: dict[str, Any] = {"command": command}
     if command:
         io.message(f"tests: {command}")
         timeout = float(io.setting("test_timeout"))
         code, tail, ms = run_command(command, io.repo, _feature_env(io), timeout)
         tests.update(exit_code=code, passed=code == 0, output_tail=tail[-1500:])
+        if code:
+            tests["reason"] = failure_reason(tail)
         io.record(
             TestsRan,
             command=command,
@@ -283,7 +357,8 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             duration_ms=ms,
             output_tail=tail,
         )
-    head = io.snapshot("review") or git.resolve_commit(io.repo, "HEAD")
+        if snapshot is not None:
+            git.restore(io.repo, snapshot)
     stat = git.diff_stat(io.repo, inputs["base_sha"], head)
     commits = git.diff_stat(io.repo, inputs["base_sha"], "HEAD").commits
     review = {
@@ -306,7 +381,8 @@ def merge_approval(state: Mapping[str, Any]) -> Approval:
         outcome = f"`{tests['command']}` timed out"
     else:
         word = "passed" if tests.get("passed") else f"FAILED (exit {tests.get('exit_code')})"
-        outcome = f"`{tests['command']}` {word}"
+        reason = "" if tests.get("passed") else tests.get("reason") or ""
+        outcome = f"`{tests['command']}` {word}" + (f": {reason}" if reason else "")
     summary = (
         f"Merge {inputs['branch']} into {inputs['base']}: "
         f"{counted(review.get('files', 0), 'file')} changed, "
