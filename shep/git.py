@@ -212,15 +212,20 @@ def _same_path(a: StrPath, b: StrPath) -> bool:
 # --- queries -------------------------------------------------------------------------
 
 
-def repo_root(path: StrPath) -> Path:
-    """The root of the work tree that contains ``path``.
+def repo_root(path: StrPath, *, outside_git: bool = False) -> Path:
+    """The root of the work tree that contains ``path``: the repository every command
+    given a directory works on (``shep run`` and ``shep feat new`` alike), so that a
+    subdirectory means its whole repository.
 
     GitError when ``path`` is missing, not in a git repository, or in a bare repository
-    (or inside a ``.git`` directory): shep needs a work tree.
+    (or inside a ``.git`` directory): shep needs a work tree. ``outside_git``: a
+    directory that no git repository holds (or without git installed) is its own root.
     """
     where = Path(path)
     if not where.is_dir():
         raise GitError(f"{where} is not a directory; give the path of a git repository.")
+    if outside_git and shutil.which("git") is None:
+        return where.resolve()
     done = _git(
         where,
         "rev-parse",
@@ -240,6 +245,8 @@ def repo_root(path: StrPath) -> Path:
     if answers[:2] == ["false", "true"]:
         raise GitError(f"{where} is inside a .git directory; give the work tree's path.")
     if "not a git repository" in done.stderr:
+        if outside_git:
+            return where.resolve()
         raise GitError(f"{where} is not a git repository; run `git init` there or pick a clone.")
     raise GitError(f"Cannot use {where} as a git repository: {_reason(done.stderr)}.")
 

@@ -60,7 +60,7 @@ def workflows() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=".",
     show_default=True,
-    help="The repository to work on.",
+    help="The repository to work on (any directory in its work tree).",
 )
 @click.option("--input", "inputs", multiple=True, metavar="KEY=VALUE", help="Workflow input.")
 @click.option("--background", is_flag=True, help="Run in a detached worker; print the run id.")
@@ -91,6 +91,7 @@ def run(
     """Run workflow NAME on a repository with the configured agent."""
     from commands.create_run import create_run
     from projections.queries import find_interrupted_run
+    from shep.git import repo_root
     from shep.identity import current_actor, host_name, process_start
     from shep.secrets import require_token
     from shep.settings import load_settings
@@ -107,6 +108,8 @@ def run(
         ) from e
     if not repo_path.is_dir():
         raise RunInputError(f"Repository {repo_path} is not a directory.")
+    # A subdirectory means its repository, as for `shep feat new`.
+    repo_path = repo_root(repo_path, outside_git=True)
     parsed = _parse_inputs(inputs)
     store = runtime.store()
     settings = load_settings(store)

@@ -160,6 +160,15 @@ def test_repo_root_not_a_repository(tmp_path: Path) -> None:
     assert "\n" not in str(e.value)
 
 
+def test_repo_root_outside_git_is_the_directory_itself(repo: Path, tmp_path: Path) -> None:
+    """outside_git (`shep run`): a directory no repository holds is its own root, and a
+    subdirectory of a repository still means the repository's root."""
+    plain = tmp_path / "plain" / "sub"
+    plain.mkdir(parents=True)
+    assert repo_root(plain, outside_git=True) == plain.resolve()
+    assert repo_root(repo / "src", outside_git=True) == repo.resolve()
+
+
 def test_repo_root_bare_repository(tmp_path: Path) -> None:
     """A bare repository has its own message, distinct from 'not a repository'."""
     git(tmp_path, "init", "-q", "--bare", "b.git")

@@ -1,0 +1,81 @@
+"""The order a new user follows (the README, docs/teams.md): analyze a repository, then
+start a feature in it; from the repository's root or from a subdirectory of it.
+
+The real CLI as subprocesses, the built-in demo agent, the bundled sample repository
+made a git repository.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from events.runs import RunCreated
+from shep.demo import SAMPLE_REPO
+from tests.feature.conftest import git
+from tests.gates.event_log import of_type, read_events
+
+
+def _shep(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``shep ARGS`` run from ``cwd``, as a user types it there."""
+    return subprocess.run(
+        [sys.executable, "-m", "shep", *args],
+        cwd=cwd,
+        env={**os.environ, "SHEP_DEMO_DELAY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    """The sample repository, committed on main; the demo agent configured."""
+    repo = tmp_path / "inventory"
+    shutil.copytree(SAMPLE_REPO, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Test User")
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    configured = _shep(tmp_path, "settings", "agent", "--agent", "demo")
+    assert configured.returncode == 0, configured.stderr
+    return repo
+
+
+@pytest.mark.slow
+def test_run_and_feat_new_from_a_subdirectory_work_on_the_whole_repository(
+    sample: Path, shep_home: Path
+) -> None:
+    """`shep run analyze-repository` and `shep feat new` started in a subdirectory both take
+    the repository's root (one rule): the analysis covers the root and its report is
+    written there, and the feature's repository is the same root.
+    """
+    subdirectory = sample / "inventory"
+    started = _shep(subdirectory, "feat", "new", "Add a low-stock report", "--background")
+    assert started.returncode == 0, started.stderr
+    analyzed = _shep(subdirectory, "run", "analyze-repository")
+    assert analyzed.returncode == 0, analyzed.stderr
+    feature, analysis = of_type(read_events(shep_home), RunCreated)
+    assert analysis.workflow == "analyze-repository"
+    assert analysis.repo == str(sample.resolve())
+    assert feature.inputs["source_repo"] == analysis.repo
+    assert (sample / "shep-analysis.md").is_file()
+    assert not (subdirectory / "shep-analysis.md").exists()
+    _shep(sample, "cancel", feature.originator_id.hex[:8])
+
+
+def _inbox(cwd: Path) -> list[str]:
+    """The ids of the items waiting in the inbox."""
+    import json
+
+    listed = _shep(cwd, "inbox", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return [item["item_id"] for item in json.loads(listed.stdout)]
