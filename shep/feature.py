@@ -17,6 +17,12 @@ from uuid import UUID
 
 from events.errors import FeatureError, GitError
 from events.store import EventStore
+from shep.workflows.analyze_repository import ANALYSIS_FILE
+
+#: What shep itself leaves in a user's checkout: analyze-repository's report. Left
+#: untracked there, it is no change of the user's that a feature must wait for, to
+#: start or to merge (unless the feature's branch writes that same path).
+SHEP_OUTPUTS: tuple[str, ...] = (ANALYSIS_FILE,)
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ def plan_feature(
     elif not git.branch_exists(source, base):
         raise FeatureError(f"{source} has no branch {base!r} (--base takes a local branch).")
     if base == current and check_dirty:
-        dirty = git.dirty_files(source)
+        dirty = git.dirty_files(source, untracked_ok=SHEP_OUTPUTS)
         if dirty:
             shown = git.describe_files(dirty)
             raise FeatureError(

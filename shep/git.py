@@ -297,9 +297,10 @@ def branch_exists(repo: StrPath, name: str) -> bool:
     return done.returncode == 0
 
 
-def dirty_files(repo: StrPath) -> list[str]:
+def dirty_files(repo: StrPath, *, untracked_ok: Collection[str] = ()) -> list[str]:
     """Paths with uncommitted changes at ``repo``: staged, unstaged, and untracked files
-    that are not ignored (each file, not just its directory). Empty when clean.
+    that are not ignored (each file, not just its directory), except the untracked paths
+    (from the root) in ``untracked_ok``. Empty when clean.
     """
     done = _git(
         repo,
@@ -314,7 +315,8 @@ def dirty_files(repo: StrPath) -> list[str]:
     for entry in entries:
         if not entry:
             continue
-        files.append(entry[3:])
+        if not (entry.startswith("??") and entry[3:] in untracked_ok):
+            files.append(entry[3:])
         if entry[0] in "RC":  # a rename or copy: its source path follows
             next(entries, None)
     return files
@@ -694,7 +696,14 @@ def describe_files(files: list[str], limit: int = 5) -> str:
     return shown + (f" and {len(files) - limit} more" if len(files) > limit else "")
 
 
-def squash_merge(repo: StrPath, base_branch: str, branch: str, message: str) -> MergeResult:
+def squash_merge(
+    repo: StrPath,
+    base_branch: str,
+    branch: str,
+    message: str,
+    *,
+    untracked_ok: Collection[str] = (),
+) -> MergeResult:
     """Squash-merge ``branch`` into ``base_branch`` in the user's repository ``repo``: one
     new commit on the base, with the base's tip as its only parent.
 
@@ -703,9 +712,10 @@ def squash_merge(repo: StrPath, base_branch: str, branch: str, message: str) -> 
     a branch that changes nothing gives ``nothing=True`` and no commit. Then:
 
     - base checked out in ``repo``: refused (GitError naming the files) when that
-      checkout has uncommitted changes; else ``git merge --ff-only`` to the squash
-      commit, which moves the branch, index and files together, and refuses rather than
-      overwrite anything if the checkout changed meanwhile.
+      checkout has uncommitted changes (``untracked_ok``: see ``dirty_files``); else
+      ``git merge --ff-only`` to the squash commit, which moves the branch, index and
+      files together, and refuses rather than overwrite anything if the checkout changed
+      meanwhile.
     - base checked out nowhere: ``update-ref`` compare-and-set from the tip the merge
       was computed on (GitError if the base moved meanwhile).
     - base checked out in another worktree: GitError.
@@ -723,7 +733,7 @@ def squash_merge(repo: StrPath, base_branch: str, branch: str, message: str) -> 
             "worktree to another branch and retry."
         )
     if holder is not None:
-        dirty = dirty_files(root)
+        dirty = dirty_files(root, untracked_ok=untracked_ok)
         if dirty:
             raise GitError(
                 f"{base_branch} has uncommitted changes in {root} ({describe_files(dirty)}); "

@@ -395,6 +395,7 @@ def merge_approval(state: Mapping[str, Any]) -> Approval:
 def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     """Commit the branch, then squash-merge it into the base (or push and open a PR)."""
     from shep import git
+    from shep.feature import SHEP_OUTPUTS
 
     inputs = io.inputs
     source = Path(inputs["source_repo"])
@@ -433,8 +434,12 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             io.append(PullRequestOpened, url=pr.url, number=pr.number)
             _remove_worktree(io, delete_branch=False, reason="pull request opened")
             return {"route": "done"}
+    # shep's own report, untracked in the user's checkout, is no reason to wait, unless
+    # the merge would write over it.
+    changed = set(git.changed_paths(source, inputs["base_sha"], branch))
+    untracked_ok = [path for path in SHEP_OUTPUTS if path not in changed]
     if git.current_branch(source) == base:
-        dirty = git.dirty_files(source)
+        dirty = git.dirty_files(source, untracked_ok=untracked_ok)
         if dirty:
             return {
                 "route": "conflict",
@@ -443,7 +448,7 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     stat = git.diff_stat(source, inputs["base_sha"], branch)
     body = inputs["description"] if inputs["description"] != title else ""
     message = "\n\n".join(part for part in (title, body, trailer) if part)
-    result = git.squash_merge(source, base, branch, message)
+    result = git.squash_merge(source, base, branch, message, untracked_ok=untracked_ok)
     if result.conflicts:
         io.append(MergeConflicted, into=base, files=tuple(result.conflicts))
         return {"route": "conflict", "merge": {"conflicts": list(result.conflicts), "dirty": []}}

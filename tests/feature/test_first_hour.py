@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from events.runs import RunCreated
+from events.features import FeatureMerged
+from events.runs import RunCompleted, RunCreated
 from shep.demo import SAMPLE_REPO
 from tests.feature.conftest import git
-from tests.gates.event_log import of_type, read_events
+from tests.gates.event_log import of_type, read_events, run_stream
 
 
 def _shep(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -70,6 +71,43 @@ def test_run_and_feat_new_from_a_subdirectory_work_on_the_whole_repository(
     assert (sample / "shep-analysis.md").is_file()
     assert not (subdirectory / "shep-analysis.md").exists()
     _shep(sample, "cancel", feature.originator_id.hex[:8])
+
+
+@pytest.mark.slow
+def test_analyze_then_a_feature_in_the_same_repository_runs_to_the_merge(
+    sample: Path, shep_home: Path
+) -> None:
+    """The documented order: analyze-repository leaves its report (untracked) in the
+    repository, and `shep feat new` there starts anyway, and its merge goes through; the
+    report stays where it was, untracked and unchanged. Other uncommitted changes still
+    stop `feat new`.
+    """
+    analyzed = _shep(sample.parent, "run", "analyze-repository", "--repo", str(sample))
+    assert analyzed.returncode == 0, analyzed.stderr
+    report = (sample / "shep-analysis.md").read_text()
+    assert git(sample, "status", "--porcelain") == "?? shep-analysis.md"
+
+    started = _shep(sample.parent, "feat", "new", "Add a low-stock report", "--repo", str(sample))
+    assert started.returncode == 0, started.stderr
+    [question] = _inbox(sample)
+    answered = _shep(sample, "answer", question, "--option", "1", "--wait")
+    assert answered.returncode == 0, answered.stderr
+    for _ in range(3):  # the requirements, plan and merge gates
+        [gate] = _inbox(sample)
+        approved = _shep(sample, "approve", gate, "--wait")
+        assert approved.returncode == 0, approved.stderr
+    feature = of_type(read_events(shep_home), RunCreated)[-1].originator_id.hex
+    events = run_stream(read_events(shep_home), feature)
+    assert of_type(events, RunCompleted)
+    [merged] = of_type(events, FeatureMerged)
+    assert git(sample, "rev-parse", "main") == merged.commit
+    assert (sample / "shep-analysis.md").read_text() == report
+    assert git(sample, "status", "--porcelain") == "?? shep-analysis.md"
+
+    (sample / "notes.txt").write_text("mine\n")
+    refused = _shep(sample, "feat", "new", "Add a restock command", "--repo", str(sample))
+    assert refused.returncode != 0
+    assert "uncommitted changes on main (notes.txt)" in refused.stderr
 
 
 def _inbox(cwd: Path) -> list[str]:

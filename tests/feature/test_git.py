@@ -225,6 +225,19 @@ def test_dirty_files(repo: Path) -> None:
     assert sorted(dirty_files(repo)) == ["a.txt", "src/new/untracked.py", "staged.txt"]
 
 
+def test_dirty_files_leaves_out_the_untracked_paths_it_is_told_to(repo: Path) -> None:
+    """untracked_ok (shep's own report) leaves out those paths while untracked: the same
+    name elsewhere, or once tracked and changed, still counts."""
+    (repo / "report.md").write_text("r\n")
+    (repo / "src" / "report.md").write_text("r\n")
+    assert dirty_files(repo, untracked_ok=["report.md"]) == ["src/report.md"]
+    git(repo, "add", "report.md")
+    assert sorted(dirty_files(repo, untracked_ok=["report.md"])) == [
+        "report.md",
+        "src/report.md",
+    ]
+
+
 def test_dirty_files_sees_untracked_even_when_status_hides_them(repo: Path) -> None:
     """status.showUntrackedFiles=no in the user's config does not hide untracked files."""
     git(repo, "config", "status.showUntrackedFiles", "no")
