@@ -337,11 +337,13 @@ class Runner:
         return load_run(self.store, self.run_id).status
 
     def _remember_history(self, ctx: RunContext, kit: RunKit) -> None:
-        """Attempts so far per node and iteration, and agent sessions still in flight."""
+        """Attempts so far per node and iteration, the phase the run is in, and agent
+        sessions still in flight."""
         for event in self.store.load(self.run_id):
             if isinstance(event, NodeStarted):
                 key = (event.node, event.iteration)
                 ctx.attempts[key] = max(ctx.attempts.get(key, 0), event.attempt)
+                ctx.enter(event.node)
             kit.agents.remember(event)
 
 

@@ -118,11 +118,12 @@ def _phase(feature: dict[str, Any]) -> str:
     return phase
 
 
-def _phase_of(workflow: str, node: str, default: str) -> str:
+def _phase_of(workflow: str, node: str, within: str) -> str:
+    """The phase ``node`` counts for while the run is in phase ``within``."""
     from shep.workflows import WORKFLOWS
 
     found = WORKFLOWS.get(workflow)
-    return found.phase(node) if found is not None else default
+    return found.phase(node, within) if found is not None else within
 
 
 def _truncate(text: str, width: int = _DESCRIPTION_WIDTH) -> str:
@@ -206,6 +207,60 @@ class _Node:
             self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
 
 
+class _Nodes:
+    """The nodes of a run, in the order they first ran, each under the phase it ran for:
+    a node of no phase of its own (a repair) is listed under each phase it served.
+    """
+
+    def __init__(self, workflow: Any) -> None:
+        self.workflow = workflow
+        self.nodes: dict[tuple[str, str], _Node] = {}
+        #: The node that runs now (a task's usage goes to it).
+        self.current: _Node | None = None
+        self._within: str | None = None  # the phase the run is in
+        self._started_for: dict[str, str] = {}  # node -> the phase of its newest start
+        self._iterations: dict[tuple[str, str], set[int]] = {}
+        self._completed: dict[str, int] = {}  # node -> completions in every phase
+
+    def get(self, name: str, phase: str | None = None) -> _Node:
+        """The row of ``name`` under ``phase`` (default: the phase it last started for)."""
+        workflow = self.workflow
+        phase = phase or self._started_for.get(name)
+        phase = phase or (workflow.phase(name) if workflow is not None else name)
+        if (phase, name) not in self.nodes:
+            self.nodes[(phase, name)] = _Node(name, phase)
+        return self.nodes[(phase, name)]
+
+    def started(self, event: NodeStarted) -> None:
+        workflow = self.workflow
+        phase = workflow.phase(event.node, self._within) if workflow is not None else event.node
+        if workflow is not None and phase in workflow.node_names:
+            self._within = phase
+        self._started_for[event.node] = phase
+        n = self.get(event.node, phase)
+        n.starts += 1
+        seen = self._iterations.setdefault((phase, event.node), set())
+        seen.add(event.iteration)
+        n.iterations = max(n.iterations, len(seen))
+        n.status, self.current = "running", n
+
+    def completed(self, event: NodeCompleted) -> str:
+        """Count the completion; the label of its snapshot (``node #N`` from the 2nd on)."""
+        n = self.get(event.node)
+        n.completions += 1
+        n.iterations = max(n.iterations, n.completions)
+        n.agent_ms += event.duration_ms
+        n.add_usage(event.usage)
+        n.status, self.current = "completed", None
+        times = self._completed[event.node] = self._completed.get(event.node, 0) + 1
+        return event.node + (f" #{times}" if times > 1 else "")
+
+    def failed(self, event: NodeFailed) -> None:
+        n = self.get(event.node)
+        n.agent_ms += event.duration_ms
+        n.status, self.current = "failed", None
+
+
 def describe(  # noqa: PLR0912 (one branch per event type)
     row: dict[str, Any], events: list[Event], asked: list[dict[str, Any]], now: datetime
 ) -> dict[str, Any]:
@@ -215,41 +270,22 @@ def describe(  # noqa: PLR0912 (one branch per event type)
     """
     from shep.workflows import WORKFLOWS
 
-    workflow = WORKFLOWS.get(row["workflow"])
-    nodes: dict[str, _Node] = {}
-
-    def node(name: str) -> _Node:
-        if name not in nodes:
-            nodes[name] = _Node(name, workflow.phase(name) if workflow else name)
-        return nodes[name]
-
+    table = _Nodes(WORKFLOWS.get(row["workflow"]))
     snapshots: list[dict[str, str]] = []
     tests: dict[str, Any] | None = None
     merged = conflicted = pushed = pull_request = None
-    current: str | None = None
     for event in events:
         if isinstance(event, NodeStarted):
-            n = node(event.node)
-            n.starts += 1
-            n.iterations = max(n.iterations, event.iteration)
-            n.status, current = "running", event.node
+            table.started(event)
         elif isinstance(event, NodeCompleted):
-            n = node(event.node)
-            n.completions += 1
-            n.iterations = max(n.iterations, n.completions)
-            n.agent_ms += event.duration_ms
-            n.add_usage(event.usage)
-            n.status, current = "completed", None
+            label = table.completed(event)
             if event.snapshot:
-                label = event.node + (f" #{n.completions}" if n.completions > 1 else "")
                 snapshots.append({"at": label, "sha": event.snapshot})
         elif isinstance(event, NodeFailed):
-            n = node(event.node)
-            n.agent_ms += event.duration_ms
-            n.status, current = "failed", None
+            table.failed(event)
         elif isinstance(event, TaskCompleted):
             # A task's agent call runs inside the node that runs the tasks (implement).
-            node(current or "implement").add_usage(event.usage)
+            (table.current or table.get("implement")).add_usage(event.usage)
             if event.snapshot:
                 snapshots.append({"at": f"task {event.task}", "sha": event.snapshot})
         elif isinstance(event, TestsRan):
@@ -277,12 +313,12 @@ def describe(  # noqa: PLR0912 (one branch per event type)
             pushed = {"remote": event.remote, "branch": event.branch, "commit": event.commit}
         elif isinstance(event, PullRequestOpened):
             pull_request = {"url": event.url, "number": event.number}
-    _add_waiting_time(node, asked, row, now)
+    _add_waiting_time(table.get, asked, row, now)
     if row["status"] in FINAL_STATUSES or row["status"] == RunStatus.INTERRUPTED:
-        for n in nodes.values():
+        for n in table.nodes.values():
             if n.status == "running":
                 n.status = "stopped"
-    listed = [vars(n) for n in nodes.values()]
+    listed = [vars(n) for n in table.nodes.values()]
     return {
         "id": short_id(row["run_id"]),
         **{k: v for k, v in row.items() if k not in ("tasks", "waiting")},

@@ -91,6 +91,8 @@ class RunContext:
     buffer: AgentOutputBuffer | None = None
     #: The number of the newest snapshot ref of this run (read from git on first use).
     snapshots: int | None = None
+    #: The phase the run is in: that of the newest node started (from the log, then here).
+    phase: str | None = None
     settings: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -154,11 +156,19 @@ class RunContext:
         """Make ``name`` the node the heartbeat and the progress display report."""
         with self.live.lock:
             self.live.node, self.live.activity = name, None
-        workflow = self.plan.workflow
-        phases = workflow.node_names
-        phase = workflow.phase(name)
+        phase = self.enter(name)
+        phases = self.plan.workflow.node_names
         index = phases.index(phase) + 1 if phase in phases else 0
         self.progress.node_started(name, index, attempt, iteration)
+
+    def enter(self, node: str) -> str:
+        """The phase ``node`` counts for, which the run is in from now on (a node of no
+        phase of its own, such as a repair, counts for the phase the run is in)."""
+        workflow = self.plan.workflow
+        phase = workflow.phase(node, self.phase)
+        if phase in workflow.node_names:
+            self.phase = phase
+        return phase
 
     def fail_node(
         self, name: str, *, started: float, error: Exception, retryable: bool = False

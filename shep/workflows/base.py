@@ -283,7 +283,8 @@ class Workflow:
     build: Callable[[NodeKit], StateGraph[Any, Any, Any, Any]]
     inputs: Mapping[str, str] = field(default_factory=dict)
     phases: tuple[str, ...] = ()
-    #: The phase each other node belongs to (a validator, a gate, a question of that phase).
+    #: The phase each other node belongs to (a validator, a gate, a question of that phase);
+    #: a node in neither belongs to the phase the run is in when it runs (see ``phase``).
     phase_of: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -291,9 +292,14 @@ class Workflow:
         """The phases (every step's name unless the workflow says otherwise)."""
         return list(self.phases) if self.phases else [step.name for step in self.steps]
 
-    def phase(self, node: str) -> str:
-        """The phase ``node`` counts for (itself when it is one)."""
-        return self.phase_of.get(node, node)
+    def phase(self, node: str, within: str | None = None) -> str:
+        """The phase ``node`` counts for: itself when it is one; the phase declared for it
+        in ``phase_of``; else ``within``, the phase the run is in when it gets there (a
+        repair or give-up step serves the phase whose file it fixes); else itself.
+        """
+        if node in self.node_names:
+            return node
+        return self.phase_of.get(node) or within or node
 
     def step(self, name: str) -> Step:
         """The step named ``name``."""
