@@ -7,6 +7,7 @@ made a git repository.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +19,8 @@ import pytest
 from events.features import FeatureMerged
 from events.runs import RunCompleted, RunCreated
 from shep.demo import SAMPLE_REPO
-from tests.feature.conftest import git
+from tests.feature.conftest import FeatureAgent, git
+from tests.feature.test_feature_workflow import feat_new
 from tests.gates.event_log import of_type, read_events, run_stream
 
 
@@ -112,8 +114,24 @@ def test_analyze_then_a_feature_in_the_same_repository_runs_to_the_merge(
 
 def _inbox(cwd: Path) -> list[str]:
     """The ids of the items waiting in the inbox."""
-    import json
-
     listed = _shep(cwd, "inbox", "--json")
     assert listed.returncode == 0, listed.stderr
     return [item["item_id"] for item in json.loads(listed.stdout)]
+
+
+@pytest.mark.slow
+def test_a_feature_that_writes_the_reports_path_waits_for_the_untracked_report(
+    repo: Path, agent: FeatureAgent, shep_home: Path
+) -> None:
+    """An untracked shep-analysis.md is let be only while the merge leaves it alone: a
+    feature whose branch adds that same path stops at the merge with the question about
+    uncommitted changes naming it, and the user's report is untouched.
+    """
+    (repo / "shep-analysis.md").write_text("# the user's report\n")
+    agent.script(fast_files={"shep-analysis.md": "# the agent's\n"})
+    started = feat_new(repo, "--fast", "--allow-all")
+    assert started.returncode == 0, started.stderr
+    [question] = json.loads(_shep(repo, "inbox", "--json").stdout)
+    assert question["node"] == "conflict"
+    assert "uncommitted changes on main (shep-analysis.md)" in question["prompt"]
+    assert (repo / "shep-analysis.md").read_text() == "# the user's report\n"
