@@ -119,7 +119,8 @@ def _foreground(s: Scratch, out: Transcript, repo: Path) -> None:
     run = str(max(runs, key=lambda r: r["created_at"])["run_id"])
     out.add("answer-by-run", s.sh(f'shep answer {run[:8]} "Only the parser module"'))
     s.settle()
-    out.add("race", *_race(s, f"shep approve {run[:8]}"), gap=True)
+    gate = one_item(s, run, "approval")["item_id"]
+    out.add("race", *_race(s, f"shep approve {gate[:8]}"), gap=True)
     s.settle()
 
 
@@ -140,11 +141,12 @@ def _wait_and_as(s: Scratch, out: Transcript, repo: Path) -> None:
 
 def _deadline(s: Scratch, out: Transcript, repo: Path) -> None:
     """Run D: its question's deadline passes and the next command applies it."""
-    start = s.sh("shep run gated-review --input default_after=5 --background", cwd=repo)
+    start = s.sh("shep run gated-review --input default_after=10 --background", cwd=repo)
     run = run_id(start)
     s.settle()
-    question = one_item(s, run, "question")
+    # Shown before the deadline passes (any shep command after it applies it).
     out.add("deadline-inbox", start, s.sh("shep inbox"), gap=True)
+    question = one_item(s, run, "question")
     _sleep_past(question["deadline"])
     applied = s.sh("shep status")
     s.settle()
