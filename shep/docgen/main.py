@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,13 +26,19 @@ def _reference(check: bool) -> list[str]:
     return stale
 
 
+#: Scenarios play at once, but a page may show several: each reads and rewrites it in turn.
+_PAGES = threading.Lock()
+
+
 def _scenario(name: str, check: bool, force: bool) -> tuple[list[PageResult], float]:
     started = time.monotonic()
-    results = compare(play(name), force=force)
-    if not check:
-        for result in results:
-            if result.stale or force:
-                result.path.write_text(result.text)
+    played = play(name)
+    with _PAGES:
+        results = compare(played, force=force)
+        if not check:
+            for result in results:
+                if result.stale or force:
+                    result.path.write_text(result.text)
     return results, time.monotonic() - started
 
 

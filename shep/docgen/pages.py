@@ -75,9 +75,9 @@ def play(name: str) -> Played:
 
 def _stop_leftovers(scratch: Scratch) -> None:
     """A scenario that failed half way may leave workers behind: they must not outlive it."""
-    for line in scratch.processes():
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+    for pid, _ in scratch.processes():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @dataclass

@@ -179,14 +179,16 @@ class Scratch:
         runs as a person coming back later would."""
         deadline = time.monotonic() + timeout
         while True:
-            busy = [c for c in self.processes() if not ignore(c)]
+            busy = [f"{pid}: {c}" for pid, c in self.processes() if not ignore(c)]
             if not busy:
                 return
             if time.monotonic() > deadline:
                 raise ScenarioError("processes still running: " + "; ".join(busy))
             time.sleep(0.1)
 
-    def processes(self) -> list[str]:
+    def processes(self) -> list[tuple[int, str]]:
+        """The pid and command line of every process whose ``SHEP_HOME`` is in this scratch
+        directory (Linux's /proc): they were all started by the scenario's commands."""
         needle = f"SHEP_HOME={self.root}".encode()
         found = []
         for entry in Path("/proc").iterdir():
@@ -199,7 +201,7 @@ class Scratch:
                 continue
             if any(v.startswith(needle) for v in environ.split(b"\0")):
                 found.append(
-                    f"{entry.name}: " + cmdline.replace(b"\0", b" ").decode(errors="replace")
+                    (int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace"))
                 )
         return found
 
