@@ -1,8 +1,4 @@
-"""Generate docs/cli.md from ``--help`` and docs/events.md from the event catalog.
-
-python -m shep.docgen          # rewrite both files
-python -m shep.docgen --check  # exit 1 if either is stale (CI runs this via the tests)
-"""
+"""docs/cli.md from ``--help`` and docs/events.md from the event catalog (whole files)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,19 @@ from pathlib import Path
 import click
 import msgspec
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+def _clone() -> Path:
+    """The clone this module is in: the nearest directory above with pyproject.toml and docs/."""
+    here = Path(__file__).resolve()
+    return next(
+        (p for p in here.parents if (p / "pyproject.toml").is_file() and (p / "docs").is_dir()),
+        here.parents[2],
+    )
+
+
+#: The clone the generators run from, and its docs/ (where they write).
+CLONE = _clone()
+DOCS = CLONE / "docs"
 
 
 def _walk(
@@ -120,25 +128,5 @@ def event_catalog() -> str:
     return "\n".join(parts)
 
 
+#: The pages generated whole, by name under docs/, and what renders each.
 GENERATED = {"cli.md": cli_reference, "events.md": event_catalog}
-
-
-def main(argv: list[str] | None = None) -> int:
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
-    stale = []
-    for name, render in GENERATED.items():
-        path = DOCS / name
-        text = render()
-        if check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(name)
-        else:
-            path.write_text(text)
-    if stale:
-        print(f"stale docs: {', '.join(stale)}; run `python -m shep.docgen`", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
