@@ -14,6 +14,7 @@ from typing import Any
 import apsw
 import click
 
+from events.display import printable
 from events.errors import ShepError
 from events.schema import home_from_env, store_error
 from shep import __version__
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     except ShepError as e:
         if debug:
             _print_traceback()
-        click.echo(f"shep: {e}", err=True)
+        # Messages may quote an agent's or a repository's words.
+        click.echo(f"shep: {printable(e)}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
@@ -161,7 +163,10 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             _print_traceback()
         click.echo(
-            f"shep: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+            printable(
+                f"shep: internal error: {type(e).__name__}: {e} "
+                "(run with --debug for the traceback)"
+            ),
             err=True,
         )
         sys.exit(INTERNAL_ERROR_EXIT)

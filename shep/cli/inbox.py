@@ -66,7 +66,8 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
 
 def render_item(item: dict[str, Any], now: datetime) -> str:
     """An item as a few lines of text: what is asked, where, since when, the choices."""
-    from shep.cli.render import age, printable
+    from events.display import printable
+    from shep.cli.render import age
 
     iteration = f" #{item['iteration']}" if item["iteration"] > 1 else ""
     head = (
@@ -90,7 +91,7 @@ def render_item(item: dict[str, Any], now: datetime) -> str:
 
 def supervisor_lines(item: dict[str, Any]) -> list[str]:
     """What the supervisor said about the item, and who voted for it (cosign policies)."""
-    from shep.cli.render import printable
+    from events.display import printable
 
     lines = []
     note = item.get("supervisor")
@@ -142,9 +143,9 @@ def answer(
 ) -> None:
     """Answer question ITEM (or the one pending question of a run): TEXT or --option ID."""
     from commands.answer_question import answer_question
+    from events.display import printable
     from events.errors import InvalidAnswerError
     from projections.inbox_queries import resolve_item
-    from shep.cli.render import printable
     from shep.identity import user_actor
 
     if (text is None) == (option_id is None):

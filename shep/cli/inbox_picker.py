@@ -18,7 +18,7 @@ from uuid import UUID
 
 import click
 
-from shep.cli.render import printable
+from events.display import printable
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:

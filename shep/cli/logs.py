@@ -10,10 +10,11 @@ import apsw
 import click
 import msgspec
 
+from events.display import printable
 from events.runs import FINAL_STATUSES, RunStatus
 from projections.queries import get_run, list_logs, resolve_run_id
 from projections.runner import catch_up
-from shep.cli.render import printable, short_id
+from shep.cli.render import short_id
 from shep.runtime import Runtime
 
 FINAL = frozenset(s.value for s in FINAL_STATUSES)

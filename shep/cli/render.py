@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -82,13 +81,3 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
                 f"{value!r} is not between {self.low:g} and {self.high:g} seconds.", param, ctx
             )
         return seconds
-
-
-def printable(text: object) -> str:
-    """Text from a workflow, an agent or another user, with control characters (escape
-    codes that could rewrite someone's terminal) shown as ``?``; tabs become spaces.
-    """
-    return "".join(
-        c if c == "\n" or unicodedata.category(c) != "Cc" else " " if c == "\t" else "?"
-        for c in str(text)
-    )

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
-from shep.cli.render import printable, short_id
+from events.display import printable
+from shep.cli.render import short_id
 from shep.replay import Frame, Lineage, Replay, ReplayInputError, format_ms
 from shep.runtime import Runtime
 

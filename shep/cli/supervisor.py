@@ -15,6 +15,7 @@ from uuid import UUID
 import click
 import msgspec
 
+from events.display import printable
 from events.errors import PolicyError, SupervisorOffError
 from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
 from shep.runtime import Runtime
@@ -328,7 +329,7 @@ def run(runtime: Runtime, follow: bool, background: bool) -> None:
             store,
             _evaluator(runtime),
             resume=lambda run_id: _resume(runtime, run_id),
-            report=click.echo,
+            report=lambda line: click.echo(printable(line)),
         )
         if follow:
             try:
@@ -442,9 +443,11 @@ def what_if(
     for row in rows if show_all else changed:
         mark = "CHANGED" if row["changed"] else "same"
         click.echo(
-            f"{row['item'][:8]}  run {row['run'][:8]}  {row['kind']:<8} {mark:<7}  "
-            f"was: {row['was']}  would: {row['would']}"
+            printable(
+                f"{row['item'][:8]}  run {row['run'][:8]}  {row['kind']:<8} {mark:<7}  "
+                f"was: {row['was']}  would: {row['would']}"
+            )
         )
         if row["rationale"]:
-            click.echo(f"    {row['rationale']}")
+            click.echo(printable(f"    {row['rationale']}"))
     click.echo(f"{len(changed)} of {len(rows)} decisions would change under {policy_file.name}.")
