@@ -285,7 +285,7 @@ def _export(
     count = _export_stream(db, flt, fmt, target)
     if target is not None:
         # write_otlp counts the lines it wrote (a run's trace, a batch of log records).
-        what = f"{count} OTLP lines" if fmt == "otlp-json" else counted(count, "event")
+        what = counted(count, "OTLP line" if fmt == "otlp-json" else "event")
         click.echo(f"Exported {what} to {target}.")
 
 
@@ -325,7 +325,7 @@ def _export_bundle(db: Path, flt: ExportFilter, target: Path, sign_key: Path | N
         summary = write_bundle(db, flt, temporary, sign_key)
         _sync(temporary)
     signed = f", signed by {summary.signer}" if summary.signer is not None else ""
-    click.echo(f"Exported {summary.count} events to bundle {target}{signed}.")
+    click.echo(f"Exported {counted(summary.count, 'event')} to bundle {target}{signed}.")
 
 
 def _to_file(path: Path, write: Callable[[BinaryIO], T]) -> T:

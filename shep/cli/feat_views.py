@@ -443,7 +443,8 @@ def _result_line(d: dict[str, Any]) -> str:
     if merge["merged"]:
         m = merge["merged"]
         parts.append(
-            f"merged into {printable(m['into'])} as {m['commit'][:10]} ({m['files']} files, "
+            f"merged into {printable(m['into'])} as {m['commit'][:10]} "
+            f"({counted(m['files'], 'file')}, "
             f"+{m['added']} -{m['removed']}, {counted(m['commits'], 'commit')})"
         )
     if merge["conflicted"]:

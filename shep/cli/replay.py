@@ -16,6 +16,7 @@ import click
 import msgspec
 
 from events.display import printable
+from events.words import counted
 from shep.cli.render import short_id
 from shep.replay import Frame, Lineage, Replay, ReplayInputError, format_ms
 from shep.runtime import Runtime
@@ -118,7 +119,7 @@ def render_header(history: Replay) -> str:
     )
     return printable(
         f"Run {run.run}: {run.workflow} on {run.repo} with {run.agent}, {run.status}, "
-        f"{len(history)} frames{origin}"
+        f"{counted(len(history), 'frame')}{origin}"
     )
 
 
@@ -170,7 +171,7 @@ def _state_lines(frame: Frame) -> list[str]:
     lines += [f"  ~ {key}: {old} → {new}" for key, (old, new) in diff.changed.items()]
     lines += [f"  - {key} (was {value})" for key, value in diff.removed.items()]
     if diff.omitted:
-        lines.append(f"  … {diff.omitted} more keys")
+        lines.append(f"  … {counted(diff.omitted, 'more key')}")
     return lines
 
 

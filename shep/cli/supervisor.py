@@ -18,6 +18,7 @@ import msgspec
 from events.display import printable
 from events.errors import PolicyError, SupervisorOffError
 from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
+from events.words import counted
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -230,9 +231,9 @@ def describe_policy(policy: Policy) -> str:
 def describe_rules(rules: Guardrails) -> list[str]:
     parts = []
     if rules.max_diff_lines is not None:
-        parts.append(f"at most {rules.max_diff_lines} changed lines")
+        parts.append(f"at most {counted(rules.max_diff_lines, 'changed line')}")
     if rules.max_files_changed is not None:
-        parts.append(f"at most {rules.max_files_changed} changed files")
+        parts.append(f"at most {counted(rules.max_files_changed, 'changed file')}")
     if rules.blocked_paths:
         parts.append("blocked " + " ".join(rules.blocked_paths))
     if rules.tests_must_pass:
@@ -450,4 +451,6 @@ def what_if(
         )
         if row["rationale"]:
             click.echo(printable(f"    {row['rationale']}"))
-    click.echo(f"{len(changed)} of {len(rows)} decisions would change under {policy_file.name}.")
+    click.echo(
+        f"{len(changed)} of {counted(len(rows), 'decision')} would change under {policy_file.name}."
+    )

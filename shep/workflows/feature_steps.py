@@ -233,7 +233,7 @@ def implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             one(todo[0])
         count += len(todo)
     total = len(tasks.tasks)
-    return {"results": {"implement": f"{count} of {total} tasks implemented this time"}}
+    return {"results": {"implement": f"{count} of {counted(total, 'task')} implemented this time"}}
 
 
 # -- tests, merge -----------------------------------------------------------------------------

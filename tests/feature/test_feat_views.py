@@ -705,7 +705,7 @@ def test_show_merged_and_vanished(
     assert d["merge"]["merged"]["commit"] == commit
     assert d["worktree_exists"] is False
     text = feat("show", run_id.hex).out
-    assert f"result    merged into main as {commit[:10]} (1 files, +1 -0, 1 commit)" in text
+    assert f"result    merged into main as {commit[:10]} (1 file, +1 -0, 1 commit)" in text
     assert f"MISSING: gone, but shep did not remove it; `shep feat rm {run_id.hex[:8]}`" in text
 
 
