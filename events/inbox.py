@@ -59,6 +59,23 @@ class QuestionAsked(Event, frozen=True, kw_only=True):
     interrupt_id: str = ""
     deadline: str | None = None
 
+    def offered(self) -> list[QuestionOption]:
+        """The options, as the inbox shows them (a question of plain ``choices``: each one
+        its own id and label).
+        """
+        return self.options or [QuestionOption(id=c, label=c) for c in self.choices]
+
+    def option_named(self, answer: str) -> QuestionOption | None:
+        """The option ``answer`` names: its id (what the inbox shows in brackets), else its
+        label; any case, outer spaces ignored. None: ``answer`` is no option's.
+        """
+        wanted = answer.strip().casefold()
+        offered = self.offered()
+        for option in offered:
+            if option.id.casefold() == wanted:
+                return option
+        return next((o for o in offered if o.label.casefold() == wanted), None)
+
 
 class QuestionAnswered(Event, frozen=True, kw_only=True):
     """Someone answered a question: an option's id, or free text (``option_id`` None)."""

@@ -144,8 +144,14 @@ def _ask_answer(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision |
         shown = next(printable(o["label"]) for o in options if o["id"] == choice)
 
     def record() -> tuple[str, bool]:
+        # "Type an answer..." was chosen: what was typed is free text, even "1".
         state = answer_question(
-            runtime.store(), item_id, actor=user_actor(), text=text, option_id=option_id
+            runtime.store(),
+            item_id,
+            actor=user_actor(),
+            text=text,
+            option_id=option_id,
+            as_text=text is not None,
         )
         recorded = getattr(state.decision, "answer", shown)
         return f"Answered {short}: {printable(recorded)} ({where}).", True
