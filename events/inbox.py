@@ -13,6 +13,7 @@ still waits on the item (``overrides``): the user always wins.
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID, uuid5
 
 import msgspec
@@ -75,6 +76,13 @@ class QuestionAsked(Event, frozen=True, kw_only=True):
             if option.id.casefold() == wanted:
                 return option
         return next((o for o in offered if o.label.casefold() == wanted), None)
+
+
+def already_decided(item_hex: str, decided: str, actor: str, at: datetime) -> str:
+    """Why a decision was refused: ``Item 1a2b3c4d was already approved by user:alice at
+    2024-05-01 10:00:00 UTC.`` (``decided``: approved, rejected, answered 'x').
+    """
+    return f"Item {item_hex[:8]} was already {decided} by {actor} at {at:%Y-%m-%d %H:%M:%S} UTC."
 
 
 class QuestionAnswered(Event, frozen=True, kw_only=True):

@@ -216,14 +216,8 @@ def test_mistakes_get_one_line_and_an_exit_code(
     )
     _fails(3, decided, "answer", asked.hex, "--option", "large")
     _fails(3, decided, "answer", asked.hex, "other words", "--as", "bob")
-    _fails(
-        2,
-        f"shep: Run {asked_run.hex[:8]} has 0 pending question items.",
-        "answer",
-        asked_run.hex[:8],
-        "--option",
-        "large",
-    )
+    # Naming the run once its question is decided: who decided it, as for the item.
+    _fails(3, decided, "answer", asked_run.hex[:8], "--option", "large")
 
     waiting_run, [waiting_gate] = ask_on_new_run(store, repo, [gate("c")], resumed=False)
     cancelled = shep("cancel", waiting_run.hex)
