@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events.errors import GitError
+from events.errors import GitError, NotARepositoryError
 
 StrPath = str | os.PathLike[str]
 
@@ -215,12 +215,12 @@ def _same_path(a: StrPath, b: StrPath) -> bool:
 def repo_root(path: StrPath) -> Path:
     """The root of the work tree that contains ``path``.
 
-    GitError when ``path`` is missing, not in a git repository, or in a bare repository
+    NotARepositoryError when ``path`` is missing, not in a git repository, or in a bare repository
     (or inside a ``.git`` directory): shep needs a work tree.
     """
     where = Path(path)
     if not where.is_dir():
-        raise GitError(f"{where} is not a directory; give the path of a git repository.")
+        raise NotARepositoryError(f"{where} is not a directory; give the path of a git repository.")
     done = _git(
         where,
         "rev-parse",
@@ -234,13 +234,15 @@ def repo_root(path: StrPath) -> Path:
     if done.returncode == 0:
         return Path(answers[2])
     if answers[0] == "true":
-        raise GitError(
+        raise NotARepositoryError(
             f"{where} is a bare repository (it has no work tree); give a clone's path instead."
         )
     if answers[:2] == ["false", "true"]:
-        raise GitError(f"{where} is inside a .git directory; give the work tree's path.")
+        raise NotARepositoryError(f"{where} is inside a .git directory; give the work tree's path.")
     if "not a git repository" in done.stderr:
-        raise GitError(f"{where} is not a git repository; run `git init` there or pick a clone.")
+        raise NotARepositoryError(
+            f"{where} is not a git repository; run `git init` there or pick a clone."
+        )
     raise GitError(f"Cannot use {where} as a git repository: {_reason(done.stderr)}.")
 
 

@@ -153,11 +153,13 @@ def _anchor_matches(position: int, expected: bytes, found: bytes | None) -> str:
 
 
 def _verify_export(path: Path, anchor_position: int | None, anchor_hash: bytes) -> None:
-    from shep.audit_export import ExportFileError
+    from shep.audit_export import ExportFileError, MissingFileError
     from shep.audit_verify import verify_export
 
     try:
         report = verify_export(path, anchor_position=anchor_position)
+    except FileNotFoundError as e:
+        raise MissingFileError(f"No export at {path}.") from e
     except OSError as e:
         raise ExportFileError(f"Cannot read {path} ({e.strerror}).") from e
     if not report.ok:
@@ -186,7 +188,10 @@ class BundleInvalidError(ChainBrokenError):
 def _verify_bundle(path: Path) -> None:
     # Written by the bundle's own module; imported only here (it may pull in more).
     from shep.audit_bundle import verify_bundle
+    from shep.audit_export import MissingFileError
 
+    if not path.is_file():  # a name that names nothing is bad input, not tampering
+        raise MissingFileError(f"No bundle at {path}.")
     result = verify_bundle(path)
     if not result.ok:
         raise BundleInvalidError(result.problem)

@@ -479,7 +479,7 @@ def test_ls_with_no_features(feat: Callable[..., Result], shep_home: Path) -> No
     assert feat("ls", "--all", "--json") == Result(0, "[]\n", [])
     assert not (shep_home / "shep.db").exists()
     missing = feat("show", "abc")
-    assert (missing.code, missing.out) == (1, "")
+    assert (missing.code, missing.out) == (2, "")
     assert missing.err == [
         "shep: No feature 'abc': none has been started yet (`shep feat new \"DESCRIPTION\"`)."
     ]
@@ -773,7 +773,7 @@ def test_rm_refuses_without_force(
     )
     missing = feat("rm", "nothing-like-it")
     assert (missing.code, missing.err) == (
-        1,
+        2,
         ["shep: No feature 'nothing-like-it' (by id, branch or spec). List them with "
          "`shep feat ls --all`."],
     )  # fmt: skip
