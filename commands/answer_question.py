@@ -17,13 +17,22 @@ def answer_question(
     actor: str,
     text: str | None = None,
     option_id: str | None = None,
+    as_text: bool = False,
 ) -> ItemState:
-    """Record the answer (an option's id, or free text); the first decision wins."""
+    """Record the answer (an option's id, or free text); the first decision wins.
+
+    ``text`` that names one of the question's options (its id, as the inbox shows
+    it, or its label) is that option, unless ``as_text``: then it is free text as
+    typed.
+    """
     asked = load_item(store, item_id)
     if asked is not None and isinstance(asked.asked, QuestionAsked):
         question = asked.asked
+        if option_id is None and text is not None and not as_text:
+            named = question.option_named(text)
+            option_id = named.id if named is not None else None
         if option_id is not None:
-            labels = {o.id: o.label for o in question.options}
+            labels = {o.id: o.label for o in question.offered()}
             if option_id not in labels:
                 raise InvalidAnswerError(
                     f"Question {item_id.hex[:8]} has no option {option_id!r}; its options are "

@@ -29,6 +29,7 @@ from events.inbox import (
     ApprovalVoted,
     QuestionAnswered,
     QuestionAsked,
+    already_decided,
 )
 from events.store import EventStore
 
@@ -53,9 +54,8 @@ class ItemState:
 
 
 def _already(item_id: UUID, decision: Decision) -> AlreadyDecidedError:
-    when = decision.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC")
     return AlreadyDecidedError(
-        f"Item {item_id.hex[:8]} was already {describe(decision)} by {decision.actor} at {when}.",
+        already_decided(item_id.hex, describe(decision), decision.actor, decision.timestamp),
         actor=decision.actor,
     )
 

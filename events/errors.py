@@ -245,12 +245,28 @@ class GitError(ShepError):
     """A git operation shep needs failed, or the repository is not one shep can work in."""
 
 
+class NotARepositoryError(GitError):
+    """The path given is no git work tree (missing, a plain directory, bare, inside .git)."""
+
+    exit_code = 2
+
+
 class FeatureNotFoundError(ShepError):
     """No feature run matches what was given."""
+
+    exit_code = 2
 
 
 class FeatureError(ShepError):
     """A feature command cannot do what was asked (it says why and what to do instead)."""
+
+
+class FeatureInputError(FeatureError):
+    """What ``feat new`` was given cannot start a feature: an empty description, a --base
+    that is no branch, or none where HEAD is detached.
+    """
+
+    exit_code = 2
 
 
 class DurationError(FeatureError):

@@ -13,6 +13,7 @@ still waits on the item (``overrides``): the user always wins.
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID, uuid5
 
 import msgspec
@@ -58,6 +59,30 @@ class QuestionAsked(Event, frozen=True, kw_only=True):
     iteration: int = 1
     interrupt_id: str = ""
     deadline: str | None = None
+
+    def offered(self) -> list[QuestionOption]:
+        """The options, as the inbox shows them (a question of plain ``choices``: each one
+        its own id and label).
+        """
+        return self.options or [QuestionOption(id=c, label=c) for c in self.choices]
+
+    def option_named(self, answer: str) -> QuestionOption | None:
+        """The option ``answer`` names: its id (what the inbox shows in brackets), else its
+        label; any case, outer spaces ignored. None: ``answer`` is no option's.
+        """
+        wanted = answer.strip().casefold()
+        offered = self.offered()
+        for option in offered:
+            if option.id.casefold() == wanted:
+                return option
+        return next((o for o in offered if o.label.casefold() == wanted), None)
+
+
+def already_decided(item_hex: str, decided: str, actor: str, at: datetime) -> str:
+    """Why a decision was refused: ``Item 1a2b3c4d was already approved by user:alice at
+    2024-05-01 10:00:00 UTC.`` (``decided``: approved, rejected, answered 'x').
+    """
+    return f"Item {item_hex[:8]} was already {decided} by {actor} at {at:%Y-%m-%d %H:%M:%S} UTC."
 
 
 class QuestionAnswered(Event, frozen=True, kw_only=True):

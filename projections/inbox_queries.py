@@ -6,12 +6,14 @@ command makes are single indexed reads.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import apsw
 import msgspec
 
-from events.errors import ItemRefError
+from events.errors import AlreadyDecidedError, ItemRefError
+from events.inbox import already_decided
 from events.runs import WAITING_STATUSES
 from projections.queries import ids_with_prefix, rows_of
 
@@ -96,12 +98,36 @@ def resolve_item(conn: apsw.Connection, ref: str, *, kind: str | None = None) ->
             f"Run {runs[0][:8]} waits for {_article(other['kind'])} ({other['item_id'][:8]}), "
             f"not {_article(kind or '')}: use {verb}."
         )
+    if not pending:
+        _refuse_if_decided(conn, runs[0], kind)
     if len(pending) != 1:
         what = f"pending {kind} items" if kind else "pending items"
         listing = ", ".join(r["item_id"][:8] for r in pending)
         detail = f": {listing}; name one" if pending else ""
         raise ItemRefError(f"Run {runs[0][:8]} has {len(pending)} {what}{detail}.")
     return pending[0]
+
+
+def _refuse_if_decided(conn: apsw.Connection, run_id: str, kind: str | None) -> None:
+    """A run named while none of its items waits: if its last item (of ``kind``) has a
+    decision, the one naming the run came too late for it (another person, the
+    supervisor, a deadline decided first), and is told who and when, as one who
+    named the item is.
+    """
+    kinds = [kind] if kind else ["question", "approval"]
+    row = conn.execute(
+        "SELECT item_id, status, answer, actor, answered_at FROM inbox WHERE run_id=? "
+        f"AND kind IN ({','.join('?' * len(kinds))}) AND status IN ('answered', 'granted', "
+        "'rejected') ORDER BY answered_at DESC, asked_at DESC LIMIT 1",
+        (run_id, *kinds),
+    ).fetchone()
+    if row is None:
+        return
+    item_id, status, answer, actor, at = row
+    decided = {"granted": "approved", "rejected": "rejected"}.get(status, f"answered {answer!r}")
+    raise AlreadyDecidedError(
+        already_decided(item_id, decided, actor, datetime.fromisoformat(at)), actor=actor
+    )
 
 
 def _article(kind: str) -> str:

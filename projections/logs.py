@@ -44,6 +44,7 @@ from events.runs import (
     RunStarted,
     RunSuspended,
 )
+from events.words import counted
 from projections.base import Batch, Handler, Projection
 
 DDL = (
@@ -65,7 +66,7 @@ def describe(event: Event) -> tuple[str, str | None, str]:  # noqa: PLR0912 (one
             "run.created",
             None,
             f"{event.workflow} on {event.repo} with {event.agent_type}{model} "
-            f"({len(event.node_names)} nodes) by {event.created_by}",
+            f"({counted(len(event.node_names), 'node')}) by {event.created_by}",
         )
     if isinstance(event, RunStarted):
         where = "in the background " if event.background else ""
@@ -185,7 +186,8 @@ _FEATURE_LINES: dict[type[Event], Callable[[Any], tuple[str, str | None, str]]] 
     FeatureMerged: lambda e: (
         "feature.merged",
         "merge",
-        f"merged into {e.into} as {e.commit[:10]}: {e.files} files, +{e.added} -{e.removed}",
+        f"merged into {e.into} as {e.commit[:10]}: {counted(e.files, 'file')}, "
+        f"+{e.added} -{e.removed}",
     ),
     BranchPushed: lambda e: ("feature.pushed", "merge", f"pushed {e.branch} to {e.remote}"),
     PullRequestOpened: lambda e: ("feature.pr", "merge", f"pull request {e.url}"),

@@ -157,7 +157,7 @@ def _check_same_log(server: Any, url: str, position: int, head_hash: bytes) -> N
 
 def _other_store(position: int, url: str) -> StoreError:
     return StoreError(
-        f"This home's copy of the log (shared-cache.db, {position} events) was made "
+        f"This home's copy of the log (shared-cache.db, {counted(position, 'event')}) was made "
         f"from another store than {where(url)}. Move it aside; the next command "
         "copies the log anew."
     )

@@ -212,6 +212,12 @@ def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> H
         if final:
             assignments += ", finished_at=?, current_node=NULL"
             params.append(b.at)
+            # A node the run left running, or waiting for a person, goes no further.
+            b.cursor.execute(
+                "UPDATE nodes SET status='stopped' WHERE run_id=? "
+                "AND status IN ('running', 'waiting')",
+                (b.stream,),
+            )
         if error:
             assignments += ", error=?"
             params.append(_error_text(event))

@@ -147,6 +147,12 @@ class ExportFileError(ShepError):
     """An export file cannot be written, or read to verify it."""
 
 
+class MissingFileError(ExportFileError):
+    """The export or bundle to verify is not there: the path given names nothing."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True)
 class ExportFilter:
     """What to export: one run (its id or a unique prefix), events since a moment, a kind.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from events.chain import chain_hash
+from events.words import counted
 from shep.audit_export import (
     _ASKED,
     _GENESIS_HEX,
@@ -278,7 +279,9 @@ class _Verifier:
         if self.last is not None and self.last > head:
             raise _Problem(f"position {self.last} lies beyond the head, position {head}")
         if self.selects_all and self.count != head:
-            raise _Problem(f"an export of the whole log holds {self.count} of {head} events")
+            raise _Problem(
+                f"an export of the whole log holds {self.count} of {counted(head, 'event')}"
+            )
         if self.last == head and self.last_hash != head_hash:
             raise _Problem("the head hash is not the chain hash of the last event")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
-from events.errors import FeatureError, GitError
+from events.errors import FeatureError, FeatureInputError, GitError
 from events.store import EventStore
 from shep.workflows.analyze_repository import ANALYSIS_FILE
 
@@ -64,18 +64,18 @@ def plan_feature(
     from shep import git
 
     if not description.strip():
-        raise FeatureError('The feature needs a description: shep feat new "what it does".')
+        raise FeatureInputError('The feature needs a description: shep feat new "what it does".')
     source = git.repo_root(repo)
     current = git.current_branch(source)
     if base is None:
         if current is None:
-            raise FeatureError(
+            raise FeatureInputError(
                 f"{source} is on a detached HEAD: pass --base BRANCH to say what the "
                 "feature starts from and merges into."
             )
         base = current
     elif not git.branch_exists(source, base):
-        raise FeatureError(f"{source} has no branch {base!r} (--base takes a local branch).")
+        raise FeatureInputError(f"{source} has no branch {base!r} (--base takes a local branch).")
     if base == current and check_dirty:
         dirty = git.dirty_files(source, untracked_ok=SHEP_OUTPUTS)
         if dirty:

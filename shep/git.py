@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events.errors import GitError
+from events.errors import GitError, NotARepositoryError
 
 StrPath = str | os.PathLike[str]
 
@@ -217,13 +217,13 @@ def repo_root(path: StrPath, *, outside_git: bool = False) -> Path:
     given a directory works on (``shep run`` and ``shep feat new`` alike), so that a
     subdirectory means its whole repository.
 
-    GitError when ``path`` is missing, not in a git repository, or in a bare repository
-    (or inside a ``.git`` directory): shep needs a work tree. ``outside_git``: a
+    NotARepositoryError when ``path`` is missing, not in a git repository, or in a bare
+    repository (or inside a ``.git`` directory): shep needs a work tree. ``outside_git``: a
     directory that no git repository holds (or without git installed) is its own root.
     """
     where = Path(path)
     if not where.is_dir():
-        raise GitError(f"{where} is not a directory; give the path of a git repository.")
+        raise NotARepositoryError(f"{where} is not a directory; give the path of a git repository.")
     if outside_git and shutil.which("git") is None:
         return where.resolve()
     done = _git(
@@ -239,15 +239,17 @@ def repo_root(path: StrPath, *, outside_git: bool = False) -> Path:
     if done.returncode == 0:
         return Path(answers[2])
     if answers[0] == "true":
-        raise GitError(
+        raise NotARepositoryError(
             f"{where} is a bare repository (it has no work tree); give a clone's path instead."
         )
     if answers[:2] == ["false", "true"]:
-        raise GitError(f"{where} is inside a .git directory; give the work tree's path.")
+        raise NotARepositoryError(f"{where} is inside a .git directory; give the work tree's path.")
     if "not a git repository" in done.stderr:
         if outside_git:
             return where.resolve()
-        raise GitError(f"{where} is not a git repository; run `git init` there or pick a clone.")
+        raise NotARepositoryError(
+            f"{where} is not a git repository; run `git init` there or pick a clone."
+        )
     raise GitError(f"Cannot use {where} as a git repository: {_reason(done.stderr)}.")
 
 

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import TextIO
 
+from events.display import printable
+
 
 class Progress:
     """Receives what the runner does and prints it. Thread-safe."""
@@ -45,7 +47,7 @@ class Progress:
 
     def activity(self, text: str) -> None:
         with self._lock:
-            self._activity = " ".join(text.split())[:100]
+            self._activity = printable(" ".join(text.split()))[:100]
 
     def node_finished(self, node: str, ok: bool, detail: str = "") -> None:
         with self._lock:
@@ -54,14 +56,14 @@ class Progress:
             self._clear()
             self.stream.write(
                 f"[{self._index}/{self.total}] {self._node or node} {word} in {took:.1f}s"
-                f"{': ' + detail if detail else ''}\n"
+                f"{': ' + printable(detail) if detail else ''}\n"
             )
             self.stream.flush()
 
     def message(self, text: str) -> None:
         with self._lock:
             self._clear()
-            self.stream.write(text + "\n")
+            self.stream.write(printable(text) + "\n")
             self.stream.flush()
 
     def close(self) -> None:

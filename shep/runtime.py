@@ -164,37 +164,37 @@ class Runtime:
         """Whether this home has an event store yet (an empty home has none; a shared one has)."""
         return self.store_url is not None or os.path.exists(self.db_file)
 
-    def check_orphans(self) -> int:
-        """Mark running (or never started) runs whose process is gone as interrupted.
+    def check_orphans(self) -> list[str]:
+        """Mark running (or never started) runs whose process is gone as interrupted; the
+        ids (hex) of those this process marked, for a face to say so.
 
-        Says so in one line. Cheap when nothing is running: one indexed read of
-        the runs projection.
+        Cheap when nothing is running: one indexed read of the runs projection.
         """
         if not self.has_store():
-            return 0
+            return []
         conn = self.read_db()
         if conn.readonly("main"):
-            return 0  # nothing can be marked; status and logs show the store as it is
+            return []  # nothing can be marked; status and logs show the store as it is
         if (
             conn.execute(
                 "SELECT 1 FROM runs WHERE status IN (?, ?) LIMIT 1", _NEED_A_WORKER
             ).fetchone()
             is None
         ):
-            return 0
+            return []
         from shep.identity import host_name
         from shep.recovery import find_orphans, orphan_after
 
         orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
         if not orphans:
-            return 0
+            return []
         from uuid import UUID
 
         from commands.mark_interrupted import mark_interrupted
         from events.errors import ConcurrencyError, InvalidTransitionError, WorkerFencedError
         from projections.runner import catch_up
 
-        marked = 0
+        marked: list[str] = []
         for orphan in orphans:
             try:
                 mark_interrupted(
@@ -205,12 +205,10 @@ class Runtime:
                     detected_by_host=host_name(),
                     epoch=orphan.epoch,
                 )
-                marked += 1
+                marked.append(orphan.run_id)
             except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
                 continue  # another process got there first, the run ended, or was resumed
         catch_up(conn)
-        if marked:
-            print(f"{counted(marked, 'interrupted run')}: shep status", file=sys.stderr)
         return marked
 
     def check_inbox(self, *, notice: bool = True) -> int:

@@ -23,6 +23,7 @@ from itertools import takewhile
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from events.words import counted
 from shep.agents.model import (
     AgentEvent,
     AgentOptions,
@@ -72,8 +73,8 @@ def _answer(step: str, root: Path) -> str:
     if step == "scan":
         top = sorted({f.split("/")[0] for f in files})
         return (
-            f"{LABEL}\n## Structure\n- {len(files)} files; top level: {', '.join(top)}\n"
-            f"- {len(python)} Python files, {len(tests)} test files"
+            f"{LABEL}\n## Structure\n- {counted(len(files), 'file')}; top level: {', '.join(top)}\n"
+            f"- {counted(len(python), 'Python file')}, {counted(len(tests), 'test file')}"
         )
     if step == "dependencies":
         listed = ", ".join(manifests) or "no manifest found"
@@ -87,7 +88,8 @@ def _answer(step: str, root: Path) -> str:
         f"# Repository analysis: {root.name}\n\n"
         f"> Written by shep's demo agent ({LABEL}). Configure a real agent with "
         "`shep settings agent` for a real analysis.\n\n"
-        f"## Summary\n\n{len(files)} files, {len(python)} Python, {len(tests)} tests, "
+        f"## Summary\n\n{counted(len(files), 'file')}, {len(python)} Python, "
+        f"{counted(len(tests), 'test')}, "
         f"manifests: {', '.join(manifests) or 'none'}.\n\n"
         "## Recommendations\n\n1. Add tests where there are none.\n"
         "2. Pin dependencies.\n3. Document how to run the project.\n"
@@ -423,7 +425,8 @@ def _feature_answer(request: _FeatureRequest, root: Path) -> tuple[list[tuple[st
         tests = [f for f in files if "test" in f]
         directory = PurePosixPath(_layout(request, root)[0]).parent
         return [], (
-            f"{LABEL}\n## Repository\n- {len(files)} files; top level: {', '.join(top) or 'none'}\n"
+            f"{LABEL}\n## Repository\n- {counted(len(files), 'file')}; "
+            f"top level: {', '.join(top) or 'none'}\n"
             f"- Technologies: {', '.join(technologies) or 'none recognised'}\n"
             f"- Tests {'present' if tests else 'missing'}\n"
             f"- The feature fits in a new directory, {directory}/\n"
@@ -518,7 +521,8 @@ class DemoExecutor:
         yield SessionStarted(session_id=session, model="demo")
         yield ToolUse(tool_id=f"{step}-1", name="Glob", input={"pattern": "**/*"})
         time.sleep(self.delay / 2)
-        yield ToolResult(tool_id=f"{step}-1", output=f"{len(_files(root))} files", is_error=False)
+        found = counted(len(_files(root)), "file")
+        yield ToolResult(tool_id=f"{step}-1", output=found, is_error=False)
         time.sleep(self.delay / 2)
         writes: list[tuple[str, str]] = []
         if request is None:

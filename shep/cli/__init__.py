@@ -14,8 +14,10 @@ from typing import Any
 import apsw
 import click
 
+from events.display import printable
 from events.errors import ShepError
 from events.schema import home_from_env, store_error
+from events.words import counted
 from shep import __version__
 from shep.runtime import Runtime
 
@@ -45,6 +47,8 @@ COMMANDS: dict[str, str] = {
 }
 
 INTERNAL_ERROR_EXIT = 70
+#: ``ctx.meta`` key: the command line asks only for a command's help.
+_HELP_ONLY = "shep.help_only"
 _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: Commands that must not touch the store before they run.
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
@@ -91,6 +95,34 @@ class LazyGroup(click.Group):
         except BrokenPipeError as e:
             raise _ReaderGone() from e
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:
+            # `shep` alone is a person asking what shep does: the help, exit 0.
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        # Read before the group's callback, which must not act when a command's help is
+        # all that was asked for (click parses a subcommand's --help only after it).
+        ctx.meta[_HELP_ONLY] = _asks_for_help(args)
+        return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if ctx.resilient_parsing or name.startswith("-") or self.get_command(ctx, name):
+            return super().resolve_command(ctx, args)
+        # click suggests only among the commands it holds, and this group holds them lazily.
+        import difflib
+
+        public = [c for c in self.list_commands(ctx) if not c.startswith("_")]
+        close = difflib.get_close_matches(name, public, n=3, cutoff=0.6)
+        hint = ""
+        if len(close) == 1:
+            hint = f" Did you mean {close[0]!r}?"
+        elif close:
+            hint = f" Did you mean one of: {', '.join(map(repr, close))}?"
+        ctx.fail(f"No such command {name!r}.{hint}")
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
             module_name, attr = self.lazy[cmd_name].split(":")
@@ -110,15 +142,41 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Everything shep does is an event in an append-only log under $SHEP_HOME
     (default ~/.shep); status, logs and the audit trail are read from it.
     """
+    if ctx.meta.get(_HELP_ONLY):
+        return  # a command's help: no store is opened, no run marked, no deadline applied
     # `shep settings store` must still work when the file it rewrites is damaged.
     ctx.obj = Runtime.from_environment(debug=debug, repairing=ctx.invoked_subcommand == "settings")
     ctx.call_on_close(ctx.obj.close)
     if ctx.obj.store_file_error is not None:
         return  # the settings group refuses every command but the repair
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
-        ctx.obj.check_orphans()
+        interrupted = ctx.obj.check_orphans()
+        if interrupted:
+            click.echo(_interrupted_notice(interrupted, ctx.invoked_subcommand), err=True)
         # The inbox commands show or decide the items themselves; the others mention them.
         ctx.obj.check_inbox(notice=ctx.invoked_subcommand not in _INBOX_COMMANDS)
+
+
+def _asks_for_help(args: list[str]) -> bool:
+    """Whether the command line asks for a command's help (before any ``--``)."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg in ("--help", "-h"):
+            return True
+    return False
+
+
+def _interrupted_notice(run_ids: list[str], command: str | None) -> str:
+    """What to do about the runs this command found interrupted: resume them."""
+    if len(run_ids) == 1:
+        return f"1 interrupted run: shep resume {run_ids[0][:8]}"
+    if command == "status":  # the runs are in the table just below
+        return f"{counted(len(run_ids), 'interrupted run')}: shep resume RUN"
+    return (
+        f"{counted(len(run_ids), 'interrupted run')}: `shep status` lists them, "
+        "`shep resume RUN` continues one"
+    )
 
 
 def _debug_requested(argv: list[str]) -> bool:
@@ -139,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     except ShepError as e:
         if debug:
             _print_traceback()
-        click.echo(f"shep: {e}", err=True)
+        # Messages may quote an agent's or a repository's words.
+        click.echo(f"shep: {printable(e)}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
@@ -161,7 +220,10 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             _print_traceback()
         click.echo(
-            f"shep: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+            printable(
+                f"shep: internal error: {type(e).__name__}: {e} "
+                "(run with --debug for the traceback)"
+            ),
             err=True,
         )
         sys.exit(INTERNAL_ERROR_EXIT)

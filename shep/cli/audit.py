@@ -153,11 +153,13 @@ def _anchor_matches(position: int, expected: bytes, found: bytes | None) -> str:
 
 
 def _verify_export(path: Path, anchor_position: int | None, anchor_hash: bytes) -> None:
-    from shep.audit_export import ExportFileError
+    from shep.audit_export import ExportFileError, MissingFileError
     from shep.audit_verify import verify_export
 
     try:
         report = verify_export(path, anchor_position=anchor_position)
+    except FileNotFoundError as e:
+        raise MissingFileError(f"No export at {path}.") from e
     except OSError as e:
         raise ExportFileError(f"Cannot read {path} ({e.strerror}).") from e
     if not report.ok:
@@ -186,7 +188,10 @@ class BundleInvalidError(ChainBrokenError):
 def _verify_bundle(path: Path) -> None:
     # Written by the bundle's own module; imported only here (it may pull in more).
     from shep.audit_bundle import verify_bundle
+    from shep.audit_export import MissingFileError
 
+    if not path.is_file():  # a name that names nothing is bad input, not tampering
+        raise MissingFileError(f"No bundle at {path}.")
     result = verify_bundle(path)
     if not result.ok:
         raise BundleInvalidError(result.problem)
@@ -285,7 +290,7 @@ def _export(
     count = _export_stream(db, flt, fmt, target)
     if target is not None:
         # write_otlp counts the lines it wrote (a run's trace, a batch of log records).
-        what = f"{count} OTLP lines" if fmt == "otlp-json" else counted(count, "event")
+        what = counted(count, "OTLP line" if fmt == "otlp-json" else "event")
         click.echo(f"Exported {what} to {target}.")
 
 
@@ -325,7 +330,7 @@ def _export_bundle(db: Path, flt: ExportFilter, target: Path, sign_key: Path | N
         summary = write_bundle(db, flt, temporary, sign_key)
         _sync(temporary)
     signed = f", signed by {summary.signer}" if summary.signer is not None else ""
-    click.echo(f"Exported {summary.count} events to bundle {target}{signed}.")
+    click.echo(f"Exported {counted(summary.count, 'event')} to bundle {target}{signed}.")
 
 
 def _to_file(path: Path, write: Callable[[BinaryIO], T]) -> T:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -33,8 +36,10 @@ def demo(ctx: click.Context, what: str, delay: float) -> None:
     research, plan, tasks, tests and the approval gates to a merged commit,
     answering and approving as you would, each command shown with its output.
 
-    Everything happens in a temporary shep home, so your own settings and runs
-    are untouched. The demo agent gives canned answers (it is not an AI).
+    Nothing waits for a key: on a terminal or piped into another program, the
+    demo decides by itself and finishes what it started. Everything happens in a
+    temporary shep home, so your own settings and runs are untouched. The demo
+    agent gives canned answers (it is not an AI).
     """
     from commands.configure_agent import configure_agent
     from shep.demo import SAMPLE_REPO
@@ -62,10 +67,58 @@ def demo(ctx: click.Context, what: str, delay: float) -> None:
         configured_by=current_actor(),
         binary_version="built-in",
     )
-    if what == "feature":
-        _feature_demo(ctx, runtime, home, repo)
-    else:
-        _analyze_demo(ctx, runtime, home, repo)
+    with _outliving_its_reader():
+        if what == "feature":
+            _feature_demo(ctx, runtime, home, repo)
+        else:
+            _analyze_demo(ctx, runtime, home, repo)
+
+
+@contextlib.contextmanager
+def _outliving_its_reader() -> Iterator[None]:
+    """Stdout and stderr that outlive their reader: `shep demo feature | head` still
+    takes the feature to its merge (a demo left half-run is worse than one that goes
+    quiet), it only stops printing once the reader has gone.
+    """
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Unbroken(sys.stdout), _Unbroken(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _Unbroken:
+    """A text stream whose writes go nowhere, quietly, once its reader is gone."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        # Whatever is still buffered (and flushed at exit) goes to /dev/null, not an error.
+        self._gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) -> None:
@@ -149,15 +202,17 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         conn = runtime.read_db()
         catch_up(conn)
         item = list_inbox(conn, run_id=run_id.hex)[0]
-        click.echo("\n$ shep inbox")
+        # Naming the run lists its items: on a terminal, bare `shep inbox` is the picker,
+        # which would wait for a key the demo never types.
+        click.echo(f"\n$ shep inbox --run {short}")
         with click.Context(inbox, obj=runtime, info_name="inbox", parent=ctx) as sub:
-            sub.invoke(inbox, as_json=False, repo=None, run_ref=None)
+            sub.invoke(inbox, as_json=False, repo=None, run_ref=short)
         ref = item["item_id"][:8]
         if item["kind"] == "question":
             option = next(o for o in item["options"] if o.get("recommended"))
             click.echo(f"\n$ shep answer {ref} --option {option['id']} --wait")
             with click.Context(answer, obj=runtime, info_name="answer", parent=ctx) as sub:
-                sub.invoke(answer, item_ref=ref, text=None, option_id=option["id"], wait=True)
+                sub.invoke(answer, item_ref=ref, option_id=option["id"], wait=True)
         else:
             click.echo(f"\n$ shep approve {ref} --wait")
             with click.Context(approve, obj=runtime, info_name="approve", parent=ctx) as sub:

@@ -22,6 +22,7 @@ import click
 import msgspec
 
 from events.base import Event
+from events.display import printable
 from events.errors import (
     DurationError,
     FeatureError,
@@ -39,7 +40,7 @@ from events.features import (
 )
 from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, RunStatus
 from events.words import counted
-from shep.cli.render import age, printable, short_id, table
+from shep.cli.render import age, short_id, table
 from shep.feature_removal import Feature, carry_out, disk_usage, load_feature, plan_removal
 from shep.runtime import Runtime
 
@@ -478,7 +479,8 @@ def _result_line(d: dict[str, Any]) -> str:
     if merge["merged"]:
         m = merge["merged"]
         parts.append(
-            f"merged into {printable(m['into'])} as {m['commit'][:10]} ({m['files']} files, "
+            f"merged into {printable(m['into'])} as {m['commit'][:10]} "
+            f"({counted(m['files'], 'file')}, "
             f"+{m['added']} -{m['removed']}, {counted(m['commits'], 'commit')})"
         )
     if merge["conflicted"]:

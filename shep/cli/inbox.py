@@ -17,6 +17,7 @@ from uuid import UUID
 import click
 import msgspec
 
+from events.display import printable
 from shep.runtime import Runtime
 
 #: Rejections of one phase after which the user is told how many there were.
@@ -66,7 +67,7 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
 
 def render_item(item: dict[str, Any], now: datetime) -> str:
     """An item as a few lines of text: what is asked, where, since when, the choices."""
-    from shep.cli.render import age, printable
+    from shep.cli.render import age
 
     iteration = f" #{item['iteration']}" if item["iteration"] > 1 else ""
     head = (
@@ -90,8 +91,6 @@ def render_item(item: dict[str, Any], now: datetime) -> str:
 
 def supervisor_lines(item: dict[str, Any]) -> list[str]:
     """What the supervisor said about the item, and who voted for it (cosign policies)."""
-    from shep.cli.render import printable
-
     lines = []
     note = item.get("supervisor")
     if note:
@@ -127,40 +126,55 @@ _WAIT = click.option(
 
 @click.command()
 @click.argument("item_ref", metavar="ITEM")
-@click.argument("text", required=False)
+@click.argument("answer_text", metavar="[ANSWER]", required=False)
 @click.option("--option", "option_id", metavar="ID", help="Answer with this option.")
+@click.option(
+    "--text",
+    "free_text",
+    metavar="TEXT",
+    help="Answer with this free text, even when it reads like an option's id or label.",
+)
 @_AS
 @_WAIT
 @click.pass_obj
 def answer(
     runtime: Runtime,
     item_ref: str,
-    text: str | None,
+    answer_text: str | None,
     option_id: str | None,
+    free_text: str | None,
     as_: str | None,
     wait: bool,
 ) -> None:
-    """Answer question ITEM (or the one pending question of a run): TEXT or --option ID."""
+    """Answer question ITEM (or the one pending question of a run).
+
+    ANSWER that is an option's id (as `shep inbox` shows it, `[1]`) or its label
+    picks that option; any other ANSWER is free text. --option ID picks an
+    option; --text TEXT is free text as typed.
+    """
     from commands.answer_question import answer_question
     from events.errors import InvalidAnswerError
     from projections.inbox_queries import resolve_item
-    from shep.cli.render import printable
     from shep.identity import user_actor
 
-    if (text is None) == (option_id is None):
-        raise InvalidAnswerError("Give the answer as TEXT or as --option ID (one of them).")
+    given = [v for v in (answer_text, option_id, free_text) if v is not None]
+    if len(given) != 1:
+        raise InvalidAnswerError(
+            "Give the answer as ANSWER, --option ID or --text TEXT (one of them)."
+        )
     item = resolve_item(_db(runtime), item_ref, kind="question")
     state = answer_question(
         runtime.store(),
         UUID(item["item_id"]),
         actor=user_actor(as_),
-        text=text,
+        text=answer_text if free_text is None else free_text,
         option_id=option_id,
+        as_text=free_text is not None,
     )
     decision = state.decision
     assert decision is not None
-    answer_text = decision.answer  # type: ignore[union-attr]
-    click.echo(f"Answered {item['item_id'][:8]}: {printable(answer_text)}")
+    answered = decision.answer  # type: ignore[union-attr]
+    click.echo(f"Answered {item['item_id'][:8]}: {printable(answered)}")
     resume_after_decision(runtime, item["run_id"], wait=wait)
 
 

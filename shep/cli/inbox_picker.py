@@ -18,12 +18,15 @@ from uuid import UUID
 
 import click
 
-from shep.cli.render import printable
+from events.display import printable
+from shep.cli.render import wrapped
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
     from prompt_toolkit.input import Input
+    from prompt_toolkit.layout.dimension import Dimension
     from prompt_toolkit.output import Output
 
 Row = dict[str, Any]
@@ -144,8 +147,14 @@ def _ask_answer(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision |
         shown = next(printable(o["label"]) for o in options if o["id"] == choice)
 
     def record() -> tuple[str, bool]:
+        # "Type an answer..." was chosen: what was typed is free text, even "1".
         state = answer_question(
-            runtime.store(), item_id, actor=user_actor(), text=text, option_id=option_id
+            runtime.store(),
+            item_id,
+            actor=user_actor(),
+            text=text,
+            option_id=option_id,
+            as_text=text is not None,
         )
         recorded = getattr(state.decision, "answer", shown)
         return f"Answered {short}: {printable(recorded)} ({where}).", True
@@ -287,6 +296,59 @@ def _option_label(option: Row) -> str:
     return label
 
 
+class _Menu:
+    """A menu's header and entries as the screen shows them: wrapped at words to its
+    width when drawn (the width is the running application's), the entry under the
+    cursor marked.
+    """
+
+    def __init__(
+        self, header: str, entries: Sequence[tuple[str, str]], numbered: bool, default: int
+    ) -> None:
+        self.title, self.entries, self.numbered = header, entries, numbered
+        self.cursor = [min(max(default, 0), len(entries) - 1)]
+
+    @staticmethod
+    def width() -> int:
+        from prompt_toolkit.application import get_app
+
+        # Not the last column: a terminal may wrap there on its own.
+        return max(get_app().output.get_size().columns - 1, 8)
+
+    def header(self) -> str:
+        return "\n".join(wrapped(self.title, self.width()))
+
+    def entry(self, n: int) -> list[str]:
+        """Entry ``n``'s lines: its label wrapped at words under its first line."""
+        number = f"{n + 1}. " if self.numbered and n < 9 else "   " if self.numbered else ""
+        pad = " " * (2 + len(number))
+        lines = wrapped(self.entries[n][1], self.width() - len(pad))
+        mark = "> " if n == self.cursor[0] else "  "
+        return [mark + number + lines[0], *(pad + line for line in lines[1:])]
+
+    def rows(self) -> StyleAndTextTuples:
+        fragments: StyleAndTextTuples = []
+        for n in range(len(self.entries)):
+            style = "reverse" if n == self.cursor[0] else ""
+            fragments += [(style, "\n".join(self.entry(n))), ("", "\n")]
+        return fragments[:-1]
+
+    def first_line(self, of: int) -> int:
+        return sum(len(self.entry(n)) for n in range(of))
+
+    def height(self) -> Dimension:
+        from prompt_toolkit.layout.dimension import Dimension
+
+        # A word wider than the screen still takes the rows it runs over.
+        columns = self.width() + 1
+        total = sum(
+            -(-max(len(line), 1) // columns)
+            for n in range(len(self.entries))
+            for line in self.entry(n)
+        )
+        return Dimension(min=1, preferred=total, max=total)
+
+
 class _Terminal:
     """The picker's menus and prompts, all on one input and output."""
 
@@ -311,24 +373,12 @@ class _Terminal:
         """
         from prompt_toolkit.application import Application
         from prompt_toolkit.data_structures import Point
-        from prompt_toolkit.formatted_text import StyleAndTextTuples
         from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
         from prompt_toolkit.layout import HSplit, Layout, Window
         from prompt_toolkit.layout.controls import FormattedTextControl
-        from prompt_toolkit.layout.dimension import Dimension
 
-        cursor = [min(max(default, 0), len(entries) - 1)]
-
-        def rows() -> StyleAndTextTuples:
-            fragments: StyleAndTextTuples = []
-            for n, (_, label) in enumerate(entries):
-                number = f"{n + 1}. " if numbered and n < 9 else "   " if numbered else ""
-                if n == cursor[0]:
-                    fragments.append(("reverse", f"> {number}{label}"))
-                else:
-                    fragments.append(("", f"  {number}{label}"))
-                fragments.append(("", "\n"))
-            return fragments[:-1]
+        shown = _Menu(header, entries, numbered, default)
+        cursor = shown.cursor
 
         keys = KeyBindings()
 
@@ -392,20 +442,22 @@ class _Terminal:
             event.app.exit(exception=KeyboardInterrupt())
 
         menu = FormattedTextControl(
-            rows,
+            shown.rows,
             focusable=True,
             show_cursor=False,
-            get_cursor_position=lambda: Point(0, cursor[0]),
+            get_cursor_position=lambda: Point(0, shown.first_line(cursor[0])),
         )
+        # What a person decides on is never cut at the screen's edge: wrapped at words,
+        # and a word wider than the screen runs over onto the next row.
         layout = Layout(
             HSplit(
                 [
-                    Window(FormattedTextControl(header), dont_extend_height=True),
                     Window(
-                        menu,
-                        height=Dimension(min=1, preferred=len(entries), max=len(entries)),
-                        wrap_lines=False,
+                        FormattedTextControl(shown.header),
+                        dont_extend_height=True,
+                        wrap_lines=True,
                     ),
+                    Window(menu, height=shown.height, wrap_lines=True),
                 ]
             ),
             focused_element=menu,

@@ -10,10 +10,11 @@ import apsw
 import click
 import msgspec
 
+from events.display import printable
 from events.runs import FINAL_STATUSES, RunStatus
 from projections.queries import get_run, list_logs, resolve_run_id
 from projections.runner import catch_up
-from shep.cli.render import printable, short_id
+from shep.cli.render import short_id
 from shep.runtime import Runtime
 
 FINAL = frozenset(s.value for s in FINAL_STATUSES)
@@ -23,6 +24,8 @@ FOLLOW_ENDS_AT = FINAL | {INTERRUPTED}
 POLL_SECONDS = 0.01
 #: How often --follow applies the orphan rule: a worker that dies writes no final status.
 ORPHAN_CHECK_SECONDS = 1.0
+#: The exit code after Ctrl-C, as for any command a person interrupts.
+EXIT_STOPPED = 130
 
 
 @click.command()
@@ -34,9 +37,24 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
     """Show what happened in RUN (an id or a unique prefix): lifecycle events and agent output."""
     conn = runtime.read_db()
     run_id = resolve_run_id(conn, run)
-    last = _print(conn, run_id, 0, as_json)
     if not follow:
+        _print(conn, run_id, 0, as_json)
         return
+    try:
+        _follow(runtime, conn, run_id, _print(conn, run_id, 0, as_json), as_json)
+    except KeyboardInterrupt:
+        # Ctrl-C stops this reader only: the run's worker is another process.
+        short = short_id(run_id)
+        click.echo(
+            f"Stopped following run {short}; the run goes on "
+            f"(`shep logs {short} --follow` to follow it again).",
+            err=True,
+        )
+        sys.exit(EXIT_STOPPED)
+
+
+def _follow(runtime: Runtime, conn: apsw.Connection, run_id: str, last: int, as_json: bool) -> None:
+    """Print the run's new lines as they come, until it ends or is interrupted."""
     data_version = _data_version(conn)
     next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
     shared = _SharedLog(runtime.store_url) if runtime.store_url is not None else None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -84,11 +83,60 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
         return seconds
 
 
-def printable(text: object) -> str:
-    """Text from a workflow, an agent or another user, with control characters (escape
-    codes that could rewrite someone's terminal) shown as ``?``; tabs become spaces.
+def wrapped(text: str, width: int, *, commands: Sequence[str] = ()) -> list[str]:
+    """``text`` as lines of at most ``width`` columns, for a pane that would cut it.
+
+    A line too long breaks at spaces, never inside a word (an id, a path, a sha: one
+    longer than the line overflows, whole), and goes on indented two more than it
+    began. A shell command of ``commands`` found in a line is never broken between its
+    words at random: it starts a line of its own and breaks only before an option,
+    with a `` \\`` at each break, so that what a person copies still runs.
     """
-    return "".join(
-        c if c == "\n" or unicodedata.category(c) != "Cc" else " " if c == "\t" else "?"
-        for c in str(text)
-    )
+    width = max(width, 8)
+    lines: list[str] = []
+    for line in text.split("\n"):
+        lines += _wrapped_line(line, width, commands)
+    return lines
+
+
+def _wrapped_line(line: str, width: int, commands: Sequence[str]) -> list[str]:
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    for command in commands:
+        at = line.find(command)
+        if at < 0:
+            continue
+        head, tail = line[:at].rstrip(), line[at + len(command) :].strip()
+        lines = _wrapped_line(head, width, ()) if head.strip() else []
+        lines += command_lines(command, width, indent=indent + "  " if lines else indent)
+        return lines + (_wrapped_line(indent + tail, width, ()) if tail else [])
+    return textwrap.wrap(
+        line,
+        width,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]
+
+
+def command_lines(command: str, width: int, *, indent: str = "") -> list[str]:
+    """``command`` on as few lines of ``width`` as it takes, broken only before an option
+    (``--at ID`` stays together), each broken line ending in `` \\``.
+    """
+    parts: list[str] = []
+    for word in command.split(" "):
+        if parts and not word.startswith("-"):
+            parts[-1] += f" {word}"  # a value stays with its option, an argument with its verb
+        else:
+            parts.append(word)
+    lines = [indent + parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 1 + len(part) + 2 <= width:
+            lines[-1] += f" {part}"
+        else:
+            lines[-1] += " \\"
+            lines.append(f"{indent}  {part}")
+    return lines

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
-from shep.cli.render import printable, short_id
+from events.display import printable
+from events.words import counted
+from shep.cli.render import short_id, wrapped
 from shep.replay import Frame, Lineage, Replay, ReplayInputError, format_ms
 from shep.runtime import Runtime
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from prompt_toolkit.layout import Layout, Window
     from prompt_toolkit.output import Output
 
+#: The frame list's width on a screen wide enough for it.
+_TIMELINE = 26
 _KIND_MARKS = {"run": "◆", "node": "●", "question": "?", "approval": "!", "decision": "✓"}
 
 
@@ -117,7 +121,7 @@ def render_header(history: Replay) -> str:
     )
     return printable(
         f"Run {run.run}: {run.workflow} on {run.repo} with {run.agent}, {run.status}, "
-        f"{len(history)} frames{origin}"
+        f"{counted(len(history), 'frame')}{origin}"
     )
 
 
@@ -169,7 +173,7 @@ def _state_lines(frame: Frame) -> list[str]:
     lines += [f"  ~ {key}: {old} → {new}" for key, (old, new) in diff.changed.items()]
     lines += [f"  - {key} (was {value})" for key, value in diff.removed.items()]
     if diff.omitted:
-        lines.append(f"  … {diff.omitted} more keys")
+        lines.append(f"  … {counted(diff.omitted, 'more key')}")
     return lines
 
 
@@ -219,16 +223,23 @@ class Stepper:
     def text(self, index: int) -> str:
         return render_frame(self.history.frame(index), len(self.history))
 
+    def lines(self) -> list[str]:
+        """The frame under the cursor as its pane shows it: wrapped at words to the pane's
+        width, its fork command kept whole (or broken before ``--at`` with `` \\``).
+        """
+        command = self.history.frame(self.cursor).fork_command
+        return wrapped(self.text(self.cursor), _pane_width(), commands=[command] if command else [])
+
     def body(self) -> str:
         """The frame under the cursor, from the line scrolled to."""
-        return "\n".join(self.text(self.cursor).splitlines()[self.scroll :])
+        return "\n".join(self.lines()[self.scroll :])
 
     def move(self, to: int) -> None:
         self.cursor = min(max(to, 1), len(self.history))
         self.scroll, self.message = 0, ""
 
     def scroll_by(self, lines: int) -> None:
-        length = len(self.text(self.cursor).splitlines())
+        length = len(self.lines())
         self.scroll = min(max(self.scroll + lines, 0), max(length - 1, 0))
 
     def goto(self, name: str) -> None:
@@ -286,6 +297,19 @@ class Stepper:
         return None
 
 
+def _timeline_width(columns: int) -> int:
+    """The frame list's width: 26 columns, less on a narrow screen (a third of it)."""
+    return min(_TIMELINE, max(12, columns // 3))
+
+
+def _pane_width() -> int:
+    """The frame pane's width on the running stepper's screen (not its last column)."""
+    from prompt_toolkit.application import get_app
+
+    columns = get_app().output.get_size().columns
+    return columns - _timeline_width(columns) - 2
+
+
 def step_through(
     history: Replay, start: int, *, input: Input | None = None, output: Output | None = None
 ) -> Stepper:
@@ -309,6 +333,7 @@ def step_through(
 
 def _layout(state: Stepper, query: Buffer) -> tuple[Layout, Window]:
     """The timeline on the left, the frame on the right, a prompt line and a status line."""
+    from prompt_toolkit.application import get_app
     from prompt_toolkit.data_structures import Point
     from prompt_toolkit.filters import Condition
     from prompt_toolkit.formatted_text import StyleAndTextTuples
@@ -345,7 +370,7 @@ def _layout(state: Stepper, query: Buffer) -> tuple[Layout, Window]:
             show_cursor=False,
             get_cursor_position=lambda: Point(0, state.cursor - 1),
         ),
-        width=26,
+        width=lambda: _timeline_width(get_app().output.get_size().columns),
         wrap_lines=False,
     )
     layout = Layout(

@@ -12,6 +12,7 @@ from uuid import UUID
 
 import click
 
+from events.display import printable
 from events.errors import (
     InterruptedRunExistsError,
     RunInputError,
@@ -524,8 +525,10 @@ def execute_run(
     short = run_id.hex[:8]
     if not background:
         click.echo(
-            f"Run {short}: {runner.plan.workflow.name} on {runner.plan.repo} with "
-            f"{runner.plan.agent_type}",
+            printable(
+                f"Run {short}: {runner.plan.workflow.name} on {runner.plan.repo} with "
+                f"{runner.plan.agent_type}"
+            ),
             err=True,
         )
     status = runner.execute(state.epoch)
@@ -588,7 +591,7 @@ def _report(
     conn = runtime.read_db()
     catch_up(conn)
     error = get_run(conn, run_id.hex)["error"]
-    reason = f": {error}" if error else ""
-    click.echo(f"Run {short} {status.value}{reason}", err=True)
+    reason = f": {error}" if error else ""  # the agent's words: shown escaped
+    click.echo(printable(f"Run {short} {status.value}{reason}"), err=True)
     if exit_on_failure:
         sys.exit(EXIT_FAILED)

@@ -173,7 +173,12 @@ def run_wizard(
     from prompt_toolkit.completion import WordCompleter
     from prompt_toolkit.validation import Validator
 
-    session: PromptSession[str] = PromptSession(input=input, output=output)
+    def ask(message: str, **options: Any) -> str:
+        # A fresh session per prompt: a session keeps the options of its last prompt
+        # (is_password, the validator), which would mask and bound the next one.
+        session: PromptSession[str] = PromptSession(input=input, output=output)
+        return session.prompt(message, **options).strip()
+
     lines = ["Agent CLIs:"]
     for name, spec in sorted(specs.items()):
         if not spec.binary:
@@ -181,8 +186,9 @@ def run_wizard(
         else:
             mark = "installed" if shutil.which(spec.binary) else "not installed"
         lines.append(f"  {name:<12} {spec.label} ({mark})")
-    session.app.output.write(("\n".join(lines) + "\n").replace("\x1b", "?"))
-    agent_type = session.prompt(
+    listing = PromptSession[str](input=input, output=output).app.output
+    listing.write(("\n".join(lines) + "\n").replace("\x1b", "?"))
+    agent_type = ask(
         "Agent type: ",
         completer=WordCompleter(sorted(specs)),
         validator=Validator.from_callable(
@@ -190,21 +196,21 @@ def run_wizard(
             error_message="Choose one of the agent types above.",
             move_cursor_to_end=True,
         ),
-    ).strip()
+    )
     auth_method = (
-        session.prompt(
+        ask(
             "Auth method (session = the CLI's own login, token = API key) [session]: ",
             validator=Validator.from_callable(
                 lambda text: text.strip() in ("", "session", "token"),
                 error_message="Type session or token.",
                 move_cursor_to_end=True,
             ),
-        ).strip()
+        )
         or "session"
     )
     token = None
     if auth_method == "token":
-        token = session.prompt(
+        token = ask(
             "API token (hidden): ",
             is_password=True,
             validator=Validator.from_callable(
@@ -212,8 +218,8 @@ def run_wizard(
                 error_message="The token cannot be empty.",
                 move_cursor_to_end=True,
             ),
-        ).strip()
-    model = session.prompt("Default model (empty: the agent's default): ").strip() or None
+        )
+    model = ask("Default model (empty: the agent's default): ") or None
     return AgentChoice(agent_type, auth_method, token, model)
 
 

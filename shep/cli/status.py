@@ -8,6 +8,7 @@ from typing import Any
 import click
 import msgspec
 
+from events.display import printable
 from events.runs import RunStatus
 from projections.queries import get_run, list_runs, resolve_run_id
 from shep.cli.render import age, short_id, table
@@ -47,10 +48,10 @@ def status(runtime: Runtime, run: str | None, show_all: bool, as_json: bool) -> 
             [
                 [
                     short_id(r["run_id"]),
-                    r["workflow"],
-                    r["agent_type"],
+                    printable(r["workflow"]),
+                    printable(r["agent_type"]),
                     r["status"],
-                    _node(r),
+                    printable(_node(r)),
                     f"{r['completed_nodes']}/{r['total_nodes']}",
                     age(r["created_at"], now),
                     _heartbeat(r, now, stale_after),
@@ -103,6 +104,7 @@ def _json(value: Any) -> str:
 
 
 def _render_detail(run: dict[str, Any]) -> str:
+    """The run and its nodes; what agents, repositories and people wrote shown escaped."""
     now = datetime.now(UTC)
     lines = [
         f"run       {run['run_id']}",
@@ -128,6 +130,7 @@ def _render_detail(run: dict[str, Any]) -> str:
         f"usage     {run['input_tokens']} in / {run['output_tokens']} out tokens, "
         f"${run['cost_usd']:.4f}"
     )
+    lines = [printable(line) for line in lines]
     if run["nodes"]:
         lines.append("")
         lines.append(
@@ -135,11 +138,12 @@ def _render_detail(run: dict[str, Any]) -> str:
                 ["NODE", "STATUS", "DURATION", "SESSION", "ERROR"],
                 [
                     [
-                        n["node"] + (f" #{n['iteration']}" if n["iteration"] > 1 else ""),
+                        printable(n["node"])
+                        + (f" #{n['iteration']}" if n["iteration"] > 1 else ""),
                         n["status"],
                         f"{n['duration_ms'] / 1000:.1f}s" if n["duration_ms"] is not None else "-",
-                        n["agent_session_id"] or "-",
-                        n["error"] or "",
+                        printable(n["agent_session_id"] or "-"),
+                        printable(n["error"] or ""),
                     ]
                     for n in run["nodes"]
                 ],

@@ -15,8 +15,10 @@ from uuid import UUID
 import click
 import msgspec
 
+from events.display import printable
 from events.errors import PolicyError, SupervisorOffError
 from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
+from events.words import counted
 from shep.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -229,9 +231,9 @@ def describe_policy(policy: Policy) -> str:
 def describe_rules(rules: Guardrails) -> list[str]:
     parts = []
     if rules.max_diff_lines is not None:
-        parts.append(f"at most {rules.max_diff_lines} changed lines")
+        parts.append(f"at most {counted(rules.max_diff_lines, 'changed line')}")
     if rules.max_files_changed is not None:
-        parts.append(f"at most {rules.max_files_changed} changed files")
+        parts.append(f"at most {counted(rules.max_files_changed, 'changed file')}")
     if rules.blocked_paths:
         parts.append("blocked " + " ".join(rules.blocked_paths))
     if rules.tests_must_pass:
@@ -328,7 +330,7 @@ def run(runtime: Runtime, follow: bool, background: bool) -> None:
             store,
             _evaluator(runtime),
             resume=lambda run_id: _resume(runtime, run_id),
-            report=click.echo,
+            report=lambda line: click.echo(printable(line)),
         )
         if follow:
             try:
@@ -442,9 +444,13 @@ def what_if(
     for row in rows if show_all else changed:
         mark = "CHANGED" if row["changed"] else "same"
         click.echo(
-            f"{row['item'][:8]}  run {row['run'][:8]}  {row['kind']:<8} {mark:<7}  "
-            f"was: {row['was']}  would: {row['would']}"
+            printable(
+                f"{row['item'][:8]}  run {row['run'][:8]}  {row['kind']:<8} {mark:<7}  "
+                f"was: {row['was']}  would: {row['would']}"
+            )
         )
         if row["rationale"]:
-            click.echo(f"    {row['rationale']}")
-    click.echo(f"{len(changed)} of {len(rows)} decisions would change under {policy_file.name}.")
+            click.echo(printable(f"    {row['rationale']}"))
+    click.echo(
+        f"{len(changed)} of {counted(len(rows), 'decision')} would change under {policy_file.name}."
+    )

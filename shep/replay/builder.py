@@ -50,6 +50,7 @@ from events.runs import (
     RunSuspended,
     Usage,
 )
+from events.words import counted
 from shep.replay.frames import (
     Decision,
     Frame,
@@ -155,7 +156,7 @@ class _Lines:
         if len(tail) > OUTPUT_TAIL:
             dropped += len(tail) - OUTPUT_TAIL
             tail = tail[-OUTPUT_TAIL:]
-        middle = [f"… {dropped} more lines not shown …"] if dropped else []
+        middle = [f"… {counted(dropped, 'more line')} not shown …"] if dropped else []
         return [*head, *middle, *tail]
 
 
@@ -170,7 +171,7 @@ def _output_lines(item: _OutputItem) -> list[str]:
         lines = [f"{mark}→ {event.tool_name or 'tool'} {event.text}".rstrip()]
     elif event.kind == "tool_result":
         first, _, rest = event.text.partition("\n")
-        more = f" (+{rest.count(chr(10)) + 1} lines)" if rest else ""
+        more = f" (+{counted(rest.count(chr(10)) + 1, 'line')})" if rest else ""
         lines = [f"{mark}← {first}{more}"]
     else:
         lines = [f"{mark}{line}" for line in event.text.splitlines() or [""]]
@@ -560,7 +561,7 @@ class _Builder:
         elif isinstance(e, FeatureMerged):
             text = (
                 f"merged into {e.into} as {e.commit[:10]} "
-                f"({e.files} files, +{e.added} -{e.removed})"
+                f"({counted(e.files, 'file')}, +{e.added} -{e.removed})"
             )
         elif isinstance(e, BranchPushed):
             text = f"pushed {e.branch} to {e.remote} at {e.commit[:10]}"

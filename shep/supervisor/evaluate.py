@@ -263,7 +263,7 @@ def _from_reply(reply: Reply, item: ItemState, kind: str) -> dict[str, Any]:
         if verdict in ("answer", "approve", "advise") and reply.answer:
             asked = item.asked
             assert isinstance(asked, QuestionAsked)
-            option = _option(asked, reply.answer)
+            option = asked.option_named(reply.answer)
             if option is None and not asked.free_text:
                 return {
                     **base,
@@ -271,13 +271,13 @@ def _from_reply(reply: Reply, item: ItemState, kind: str) -> dict[str, Any]:
                     "rationale": f"the evaluator's answer {reply.answer!r} is not one of the "
                     f"options ({reply.rationale})",
                 }
-            answer = option[1] if option else reply.answer
+            answer = option.label if option else reply.answer
             return {
                 **base,
                 "verdict": "answer" if verdict != "advise" else "advise",
                 "rationale": reply.rationale,
                 "answer": answer,
-                "option_id": option[0] if option else None,
+                "option_id": option.id if option else None,
             }
         if verdict in ("escalate", "advise"):
             return {**base, "verdict": verdict, "rationale": reply.rationale}
@@ -306,14 +306,6 @@ def _fit_autonomy(fields: dict[str, Any], autonomy: str) -> dict[str, Any]:
     if autonomy == "advisory" and fields["verdict"] in ("approve", "reject", "answer"):
         return {**fields, "verdict": "advise", "advice": fields["verdict"]}
     return fields
-
-
-def _option(asked: QuestionAsked, answer: str) -> tuple[str, str] | None:
-    wanted = answer.strip().casefold()
-    for option in asked.options:
-        if wanted in (option.id.casefold(), option.label.casefold()):
-            return option.id, option.label
-    return None
 
 
 def _created(events: list[Event]) -> RunCreated | None:

@@ -24,6 +24,7 @@ from events.base import Event
 from events.features import TaskCompleted, TestsRan, WorktreeCreated
 from events.runs import NodeCompleted
 from events.supervisor import Guardrails, RuleResult
+from events.words import counted
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,12 @@ def check(rules: Guardrails, metrics: Metrics, kind: str) -> list[RuleResult]:
     results: list[RuleResult] = []
     if rules.max_diff_lines is not None:
         results.append(
-            _limit("max_diff_lines", metrics.diff_lines, rules.max_diff_lines, "changed lines")
+            _limit("max_diff_lines", metrics.diff_lines, rules.max_diff_lines, "changed line")
         )
     if rules.max_files_changed is not None:
         results.append(
             _limit(
-                "max_files_changed", metrics.files_changed, rules.max_files_changed, "changed files"
+                "max_files_changed", metrics.files_changed, rules.max_files_changed, "changed file"
             )
         )
     if rules.blocked_paths:
@@ -104,7 +105,7 @@ def check(rules: Guardrails, metrics: Metrics, kind: str) -> list[RuleResult]:
             detail = (
                 f"changes blocked paths: {', '.join(hits[:5])}"
                 if hits
-                else f"none of {len(metrics.paths)} changed paths is blocked"
+                else f"{counted(len(metrics.paths), 'changed path')}, none blocked"
             )
             results.append(RuleResult(rule="blocked_paths", passed=not hits, detail=detail))
     if rules.tests_must_pass and kind not in ("prd", "plan"):
@@ -134,13 +135,12 @@ def _blocked(path: str, patterns: list[str]) -> bool:
     return False
 
 
-def _limit(rule: str, value: int | None, limit: int, what: str) -> RuleResult:
+def _limit(rule: str, value: int | None, limit: int, noun: str) -> RuleResult:
     if value is None:
-        return RuleResult(rule=rule, passed=None, detail=f"no diff to count {what} in")
+        return RuleResult(rule=rule, passed=None, detail=f"no diff to count {noun}s in")
     passed = value <= limit
-    return RuleResult(
-        rule=rule, passed=passed, detail=f"{value} {what}, {'within' if passed else 'over'} {limit}"
-    )
+    verdict = "within" if passed else "over"
+    return RuleResult(rule=rule, passed=passed, detail=f"{counted(value, noun)}, {verdict} {limit}")
 
 
 def outcome(results: list[RuleResult]) -> str:

@@ -179,16 +179,13 @@ def _supervisor_row(event: Event) -> dict[str, Any] | None:
 
 
 def render_decision(row: dict[str, Any]) -> str:
-    """A decision as a few lines of text."""
-    from shep.cli.render import printable
+    """A decision as a few lines of text, people's and agents' words shown escaped."""
+    from events.display import printable
 
     where = f"{row['node']}" + (f" #{row['iteration']}" if (row.get("iteration") or 1) > 1 else "")
     effect = "" if row["took_effect"] else "  (did not decide the item)"
     lines = [
-        printable(
-            f"{row['at'][:19]}  {row['item'][:8]}  {where}  {row['actor']}: {row['verdict']}"
-            f"{effect}"
-        )
+        f"{row['at'][:19]}  {row['item'][:8]}  {where}  {row['actor']}: {row['verdict']}{effect}"
     ]
     if row.get("overrides"):
         lines.append(f"    overrides {row['overrides']}")
@@ -196,9 +193,9 @@ def render_decision(row: dict[str, Any]) -> str:
         lines.append(f"    co-signed by {row['cosigned_by']}")
     for rule in row.get("rules", []):
         state = {True: "pass", False: "BREACH", None: "missing"}[rule["passed"]]
-        lines.append(printable(f"    rule {rule['rule']}: {state} ({rule['detail']})"))
+        lines.append(f"    rule {rule['rule']}: {state} ({rule['detail']})")
     if row["rationale"]:
-        lines.append(printable(f"    why: {row['rationale']}"))
+        lines.append(f"    why: {row['rationale']}")
     if row.get("prompt_version"):
         confidence = row.get("confidence")
         level = f", confidence {confidence:.2f}" if confidence is not None else ""
@@ -207,4 +204,4 @@ def render_decision(row: dict[str, Any]) -> str:
             f"    policy {row['policy_version']}, prompt {row['prompt_version']}, "
             f"{row['evaluator']} ({model}){level}, input sha256 {row['input_hash'][:16]}"
         )
-    return "\n".join(lines)
+    return printable("\n".join(lines))

@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 from events.errors import StepFailedError
 from events.features import FEATURE, FEATURE_FAST
+from events.words import counted
 from shep.workflows.base import (
     AgentStep,
     ApprovalGate,
@@ -199,7 +200,7 @@ def _validate_spec_step() -> DeterministicStep:
             bound = int(io.setting("requirements_iterations"))
             if done > bound:
                 raise StepFailedError(
-                    f"requirements still has open questions after {bound} rounds of "
+                    f"requirements still has open questions after {counted(bound, 'round')} of "
                     f"answers (requirements_iterations is {bound}). Raise it with `shep settings "
                     "workflow --requirements-iterations N`, then `shep resume`."
                 )

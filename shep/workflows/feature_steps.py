@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from events.display import printable
 from events.errors import StepFailedError
 from events.features import (
     BranchPushed,
@@ -233,7 +234,7 @@ def implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             one(todo[0])
         count += len(todo)
     total = len(tasks.tasks)
-    return {"results": {"implement": f"{count} of {total} tasks implemented this time"}}
+    return {"results": {"implement": f"{count} of {counted(total, 'task')} implemented this time"}}
 
 
 # -- tests, merge -----------------------------------------------------------------------------
@@ -479,7 +480,8 @@ def _title(io: StepIO, state: Mapping[str, Any]) -> str:
     inputs = io.inputs
     number = int(Path(inputs["spec_dir"]).name.split("-", 1)[0])
     spec, _ = validate_spec(io.repo / inputs["spec_dir"] / "spec.yaml", number=number)
-    return spec.one_liner if spec is not None else inputs["description"].splitlines()[0][:72]
+    # The agent's words (or the description) as `git log` will show them: escaped.
+    return printable(spec.one_liner if spec else inputs["description"].splitlines()[0][:72])
 
 
 def _remove_worktree(io: StepIO, *, delete_branch: bool, reason: str) -> None:

@@ -326,3 +326,30 @@ def test_analyze_repository_prompts_are_unchanged(repo: Path) -> None:
     """A prompt without the feature marker still gets the analyze-repository answers."""
     text = run(repo, "Your task now: Describe its structure.")
     assert text.startswith(f"{LABEL}\n## Structure")
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path: Path) -> None:
+    """A repository of one Python file: the demo agent says `1 file`, `1 Python file`,
+    `0 test files` (never `1 files`) in every step that counts, and its Glob says `1 file`.
+    """
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "main.py").write_text("print('hi')\n")
+    said = [
+        run(root, "Your task now: Describe its structure."),
+        run(root, "Your task now: Write the final analysis."),
+        run(root, prompt("analyze")),
+    ]
+    glob = [
+        e.output
+        for e in demo().stream(prompt("analyze"), AgentOptions(cwd=str(root)))
+        if isinstance(e, ToolResult)
+    ]
+    text = "\n".join(said + glob)
+    assert "1 files" not in text
+    assert "1 Python files" not in text
+    assert "- 1 file; top level: main.py" in said[0]
+    assert "- 1 Python file, 0 test files" in said[0]
+    assert "1 file, 1 Python, 0 tests" in said[1]
+    assert "- 1 file; top level: main.py" in said[2]
+    assert glob == ["1 file"]

@@ -96,3 +96,53 @@ def test_follow_of_an_interrupted_run_ends_at_once(
     assert result.returncode == 130
     assert " run.interrupted: interrupted: " in result.stdout.splitlines()[-1]
     assert result.stderr == f"Run {short} interrupted. Continue it with `shep resume {short}`.\n"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_following_and_says_the_run_goes_on(
+    repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT (Ctrl-C) to `shep logs --follow` while the run works: it says that following
+    stopped and that the run goes on, with the command to follow again (never "aborted",
+    which reads as if the run was stopped), exits 130, and the run is still running.
+    """
+    monkeypatch.setenv("FAKE_FAIL", "hang")
+    run_id = start_background(repo)
+    wait_for(
+        lambda: any(c["phase"] == "start" for c in agent_calls(agent_log)),
+        what="the agent to start",
+    )
+    agent_pid = agent_calls(agent_log)[0]["pid"]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "shep", "logs", run_id[:8], "--follow"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
+    short = run_id[:8]
+    try:
+        assert follower.stdout is not None
+        assert "run.created" in follower.stdout.readline()
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=20)
+        assert follower.returncode == 130
+        assert err.splitlines() == [
+            f"Stopped following run {short}; the run goes on "
+            f"(`shep logs {short} --follow` to follow it again)."
+        ], err
+        assert run_row(run_id)["status"] == "running"
+    finally:
+        follower.kill()
+        follower.wait()
+        shep_cancel = subprocess.run(
+            [sys.executable, "-m", "shep", "cancel", short],
+            check=False,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        assert shep_cancel.returncode == 0, shep_cancel.stderr
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent_pid, signal.SIGKILL)

@@ -184,7 +184,7 @@ def test_logs_prints_lifecycle_and_output(store: EventStore) -> None:
     record_agent_output(store, run_id, "a", [OutputItem(kind="text", text="hello there")])
     lines = shep("logs", run_id.hex[:8], check=True).stdout.splitlines()
     assert [line[9:] for line in lines] == [
-        " run.created: wf on /r with demo (1 nodes) by me",
+        " run.created: wf on /r with demo (1 node) by me",
         " run.started: started by pid 42 on box",
         " [a] node.started: a started",
         " [a] text: hello there",

@@ -479,7 +479,7 @@ def test_ls_with_no_features(feat: Callable[..., Result], shep_home: Path) -> No
     assert feat("ls", "--all", "--json") == Result(0, "[]\n", [])
     assert not (shep_home / "shep.db").exists()
     missing = feat("show", "abc")
-    assert (missing.code, missing.out) == (1, "")
+    assert (missing.code, missing.out) == (2, "")
     assert missing.err == [
         "shep: No feature 'abc': none has been started yet (`shep feat new \"DESCRIPTION\"`)."
     ]
@@ -705,7 +705,7 @@ def test_show_merged_and_vanished(
     assert d["merge"]["merged"]["commit"] == commit
     assert d["worktree_exists"] is False
     text = feat("show", run_id.hex).out
-    assert f"result    merged into main as {commit[:10]} (1 files, +1 -0, 1 commit)" in text
+    assert f"result    merged into main as {commit[:10]} (1 file, +1 -0, 1 commit)" in text
     assert f"MISSING: gone, but shep did not remove it; `shep feat rm {run_id.hex[:8]}`" in text
 
 
@@ -773,7 +773,7 @@ def test_rm_refuses_without_force(
     )
     missing = feat("rm", "nothing-like-it")
     assert (missing.code, missing.err) == (
-        1,
+        2,
         ["shep: No feature 'nothing-like-it' (by id, branch or spec). List them with "
          "`shep feat ls --all`."],
     )  # fmt: skip

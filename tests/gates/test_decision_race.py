@@ -26,6 +26,7 @@ import pytest
 
 from events.inbox import ApprovalGranted, ApprovalRejected, QuestionAnswered
 from events.store import EventStore
+from tests.e2e.cli import shep
 from tests.gates.event_log import decisions_of, read_events
 from tests.gates.store_items import ask_on_new_run, gate, question
 
@@ -212,3 +213,34 @@ def test_approve_and_reject_at_once_exactly_one_wins(
         assert lost.stderr.splitlines()[-1] == (
             f"shep: Item {item.hex[:8]} was already {what} by user:{who} at {_when(decision)}."
         )
+
+
+@pytest.mark.slow
+def test_racers_that_name_the_run_lose_with_who_approved_first(
+    repo: Path, store: EventStore, shep_home: Path, tmp_path: Path
+) -> None:
+    """Ten times, two `shep approve RUN` (the run named, not the item) at the same moment:
+    one exits 0, the other exits 3 saying who approved the run's gate first and when,
+    whether it lost at the store (both saw the gate pending) or found the gate decided
+    already (the inbox no longer lists it); so does one who comes a moment later.
+    """
+    runs = []
+    for n in range(10):
+        run, [item] = ask_on_new_run(store, repo, [gate(f"race-{n}")], resumed=True)
+        runs.append((run, item))
+    pairs = [
+        (["approve", run.hex[:8], "--as", "alice"], ["approve", run.hex, "--as", "bob"])
+        for run, _ in runs
+    ]
+    for (run, item), results in zip(runs, _races(tmp_path, pairs), strict=True):
+        assert sorted(r.returncode for r in results) == [0, 3], [r.stderr for r in results]
+        [decision] = decisions_of(read_events(shep_home), item)
+        who = "alice" if results[0].returncode == 0 else "bob"
+        assert decision.actor == f"user:{who}"
+        lost = results[1] if who == "alice" else results[0]
+        already = (
+            f"shep: Item {item.hex[:8]} was already approved by user:{who} at {_when(decision)}."
+        )
+        assert lost.stderr.splitlines()[-1] == already, lost.stderr
+        late = shep("approve", run.hex[:8], "--as", "carol")
+        assert (late.returncode, late.stderr.splitlines()[-1]) == (3, already), late.stderr

@@ -70,7 +70,7 @@ def test_escape_codes_in_answers_never_reach_a_terminal(
     repo: Path, fake_claude: Path, agent_log: Path
 ) -> None:
     """An answer holding terminal escape codes (another user's, in a shared log) is printed
-    by `shep answer`, `shep inbox` and `shep logs` with its control characters shown as `?`.
+    by `shep answer`, `shep inbox` and `shep logs` with its control characters escaped.
     """
     run_id = _start(repo)
     question = _waiting_on(run_id, "question")
@@ -79,11 +79,11 @@ def test_escape_codes_in_answers_never_reach_a_terminal(
     assert answered.returncode == 0, answered.stderr
     assert "\x1b" not in answered.stdout
     assert "\x07" not in answered.stdout
-    assert "?]0;owned?pwn?[2J" in answered.stdout
+    assert "\\x1b]0;owned\\x07pwn\\x1b[2J" in answered.stdout
     _waiting_on(run_id, "approval")
     listing = shep("inbox", "--run", run_id[:8], check=True).stdout
     assert "\x1b" not in listing
-    assert "?]0;owned?pwn" in listing
+    assert "\\x1b]0;owned\\x07pwn" in listing
     logs = shep("logs", run_id[:8], check=True).stdout
     assert "\x1b" not in logs
     assert "\x07" not in logs

@@ -20,7 +20,14 @@ import pytest
 
 from commands.answer_question import answer_question
 from commands.resume_run import resume_run
-from events.inbox import ApprovalGranted, QuestionAnswered, QuestionAsked, item_stream_id
+from commands.suspend_run import Ask
+from events.inbox import (
+    ApprovalGranted,
+    QuestionAnswered,
+    QuestionAsked,
+    QuestionOption,
+    item_stream_id,
+)
 from events.runs import RunResumed
 from events.store import EventStore
 from shep.identity import host_name
@@ -185,8 +192,9 @@ def test_mistakes_get_one_line_and_an_exit_code(
         "--option",
         "huge",
     )
-    both = "shep: Give the answer as TEXT or as --option ID (one of them)."
+    both = "shep: Give the answer as ANSWER, --option ID or --text TEXT (one of them)."
     _fails(2, both, "answer", pair[0].hex, "text", "--option", "small")
+    _fails(2, both, "answer", pair[0].hex, "--text", "text", "--option", "small")
     _fails(2, both, "answer", pair[0].hex)
     _fails(2, "shep: The answer is empty; give text or --option ID.", "answer", pair[0].hex, "  ")
     _fails(
@@ -208,14 +216,8 @@ def test_mistakes_get_one_line_and_an_exit_code(
     )
     _fails(3, decided, "answer", asked.hex, "--option", "large")
     _fails(3, decided, "answer", asked.hex, "other words", "--as", "bob")
-    _fails(
-        2,
-        f"shep: Run {asked_run.hex[:8]} has 0 pending question items.",
-        "answer",
-        asked_run.hex[:8],
-        "--option",
-        "large",
-    )
+    # Naming the run once its question is decided: who decided it, as for the item.
+    _fails(3, decided, "answer", asked_run.hex[:8], "--option", "large")
 
     waiting_run, [waiting_gate] = ask_on_new_run(store, repo, [gate("c")], resumed=False)
     cancelled = shep("cancel", waiting_run.hex)
@@ -235,6 +237,38 @@ def test_mistakes_get_one_line_and_an_exit_code(
     assert len(of_type(events, QuestionAnswered)) == 1
     assert of_type(events, ApprovalGranted) == []
     assert_rebuild_equals_incremental(shep_home)
+
+
+def test_an_answer_that_names_an_option_is_that_option(
+    repo: Path, store: EventStore, shep_home: Path
+) -> None:
+    """`shep answer ITEM 1` when the inbox shows `[1] Small`: option 1, as `--option 1`
+    would be; a label (any case) picks its option too; `--text 1` records the free text
+    "1"; other words are free text as before.
+    """
+    numbered = [
+        QuestionOption(id="1", label="Small", recommended=True),
+        QuestionOption(id="2", label="Large"),
+    ]
+    asks = [
+        Ask(interrupt_id=n, kind="question", node=f"ask_{n}", question="Size?", options=numbered)
+        for n in ("by_id", "by_label", "as_text", "free")
+    ]
+    run, [by_id, by_label, as_text, free] = ask_on_new_run(store, repo, asks, resumed=True)
+    listed = shep("inbox", "--run", run.hex[:8], check=True).stdout
+    assert "    [1] Small (recommended)" in listed
+
+    for item, args, recorded in (
+        (by_id, ["1"], ("1", "Small")),
+        (by_label, ["  lArGe "], ("2", "Large")),
+        (as_text, ["--text", "1"], (None, "1")),
+        (free, ["something else"], (None, "something else")),
+    ):
+        result = shep("answer", item.hex[:8], *args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"Answered {item.hex[:8]}: {recorded[1]}\n"
+        [decision] = decisions_of(read_events(shep_home), item)
+        assert (decision.option_id, decision.answer) == recorded, args
 
 
 def test_reject_without_reason_is_one_line(repo: Path, store: EventStore) -> None:

@@ -6,12 +6,14 @@ when it ends (q) says where each key took it.
 
 from __future__ import annotations
 
+import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from shep.cli.replay import Stepper, step_through
 from shep.replay import Replay, frames_from_store
 from tests.replay.conftest import REJECTION, Recorded
+from tests.terminal import Terminal
 
 RIGHT = "\x1b[C"
 LEFT = "\x1b[D"
@@ -82,3 +84,41 @@ def test_escape_leaves_the_prompt(history: Recorded) -> None:
     replay = _gated(history)
     stepper = _step(replay, "/draft\x07nq")
     assert (stepper.cursor, stepper.mode) == (2, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 120])
+def test_a_frame_is_wrapped_at_words_and_its_fork_command_stays_copyable(
+    history: Recorded, columns: int
+) -> None:
+    """`shep replay RUN` on a real terminal: the frame pane wraps between words, never
+    inside the checkpoint id or the run id; the fork command breaks only before `--at`,
+    with a ` \\` so that it still runs when copied, and its lines joined are the command.
+    """
+    replay = _gated(history)
+    command = replay.frames[0].fork_command
+    assert command is not None
+    checkpoint = replay.frames[0].checkpoint_id
+    assert checkpoint is not None
+    terminal = Terminal("replay", history.gated, columns=columns, rows=40)
+    try:
+        terminal.expect("fork here:")
+        terminal.expect(checkpoint)
+        screen = terminal.display()
+        terminal.type("q")
+        assert terminal.wait(timeout=30) == 0
+    finally:
+        terminal.close()
+    pane = [line.split("│", 1)[1] if "│" in line else "" for line in screen]
+    assert any(checkpoint in line for line in pane), "\n".join(screen)
+    assert any(history.gated in line for line in pane), "\n".join(screen)
+    at = next(n for n, line in enumerate(pane) if "fork here:" in line)
+    shown = []
+    for line in pane[at:]:
+        part = line.strip().removeprefix("fork here:").strip()
+        if part:
+            shown.append(part)
+        if part and not part.endswith("\\"):
+            break
+    assert " ".join(part.removesuffix("\\").strip() for part in shown) == command
+    assert all(len(line) <= columns for line in screen)

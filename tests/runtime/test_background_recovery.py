@@ -93,7 +93,7 @@ def test_sigkilled_worker_is_detected_and_resumed(
     os.kill(worker_pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(worker_pid), timeout=10, what="the worker to die")
     status = shep("status", "--all")
-    assert "1 interrupted run: shep status" in status.stderr
+    assert f"1 interrupted run: shep resume {run_id[:8]}" in status.stderr
     assert run_row(run_id)["status"] == "interrupted"
     monkeypatch.setenv("FAKE_DELAY", "0.05")
     resumed = shep("resume", run_id[:8], timeout=120)

@@ -320,7 +320,7 @@ def test_a_run_whose_creator_died_before_starting_it_becomes_resumable(
         process_start="gone:1",
     )
     status = shep("status", "--all")
-    assert "1 interrupted run: shep status" in status.stderr
+    assert f"1 interrupted run: shep resume {run_id.hex[:8]}" in status.stderr
     assert run_row(run_id.hex)["status"] == "interrupted"
     resumed = shep("resume", run_id.hex[:8])
     assert resumed.returncode == 0, resumed.stderr

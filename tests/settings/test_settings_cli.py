@@ -16,6 +16,7 @@ from prompt_toolkit.output import DummyOutput
 from shep.agents import AGENT_SPECS
 from shep.cli.settings import run_wizard
 from tests.e2e.cli import shep
+from tests.terminal import Terminal
 
 TOKEN = "sk-ant-SECRET-0123456789abcdef-never-store-me"
 
@@ -211,3 +212,39 @@ def test_root_help_does_not_import_the_agent_registry(shep_home: Path) -> None:
     )
     assert "settings" in result.stdout
     assert result.stderr == "AGENTS=\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["", "sonnet"])
+def test_wizard_on_a_terminal_after_a_hidden_token_keeps_the_model_visible_and_optional(
+    fake_claude: Path, shep_home: Path, model: str
+) -> None:
+    """The wizard on a real terminal with token auth: the token is typed hidden, and the
+    model prompt after it is not (what is typed shows) and takes an empty answer (the
+    agent's default): no option of one prompt carries over to the next.
+    """
+    env = {"PATH": f"{fake_claude.parent}{os.pathsep}{os.environ['PATH']}"}
+    terminal = Terminal("settings", "agent", columns=100, rows=40, env=env)
+    try:
+        terminal.expect("Agent type: ")
+        terminal.type("claude-code\r")
+        terminal.expect("[session]: ")
+        terminal.type("token\r")
+        terminal.expect("API token (hidden): ")
+        terminal.type(TOKEN + "\r")
+        terminal.expect("Default model (empty: the agent's default): ")
+        terminal.type(model)
+        if model:
+            terminal.expect(f"Default model (empty: the agent's default): {model}")
+        terminal.type("\r")
+        terminal.expect("Configured claude-code")
+        assert terminal.wait(timeout=30) == 0
+    finally:
+        terminal.close()
+    shown = terminal.text()
+    assert TOKEN not in shown
+    assert "cannot be empty" not in shown
+    default = "the agent's default"
+    assert f"(auth: token, model: {model or default})." in shown
+    settings = json.loads(shep("settings", "show", "--json", check=True).stdout)
+    assert (settings["auth_method"], settings["model"]) == ("token", model or None)

@@ -205,7 +205,7 @@ def test_an_unblocked_neighbour_passes(on: EventStore, repo: Path) -> None:
     _, made = decide(on, repo, "merge", before, always_approves())
 
     assert made.rules == [
-        RuleResult(rule="blocked_paths", passed=True, detail="none of 1 changed paths is blocked")
+        RuleResult(rule="blocked_paths", passed=True, detail="1 changed path, none blocked")
     ]
     assert made.decision == "approve"
 
