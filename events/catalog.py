@@ -19,21 +19,15 @@ of another value): only then is the state looked at again, and refused with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import msgspec
 
 from events import checkpoints, features, inbox, runs, settings, supervisor
-from events.base import Event
+from events.base import VERSION_TAG, Event, Reader, reader_of, topic_of, upcast
 from events.errors import UnknownEventError
 
+__all__ = ["EVENT_CLASSES", "READERS", "check_versions", "decode_event", "encode_event", "topic_of"]
+
 _MODULES = (runs, settings, inbox, supervisor, checkpoints, features)
-
-#: Decodes one stored state into its event.
-Reader = Callable[[bytes], Event]
-
-#: The tag a versioned type's stored state starts with.
-_TAG = "class_version"
 
 
 def _collect() -> dict[str, type[Event]]:
@@ -64,26 +58,15 @@ def check_versions(cls: type[Event]) -> None:
     tagged = (config.tag_field, config.tag)
     if version == 1 and config.tag is not None:
         raise TypeError(f"{cls.__qualname__} is at version 1: it takes no tag")
-    if version > 1 and tagged != (_TAG, version):
+    if version > 1 and tagged != (VERSION_TAG, version):
         raise TypeError(
             f"{cls.__qualname__} is at version {version}: declare it with "
-            f'tag_field="{_TAG}", tag={version}'
+            f'tag_field="{VERSION_TAG}", tag={version}'
         )
     for older in range(1, version):
         name = f"upcast_v{older}_v{older + 1}"
         if not callable(getattr(cls, name, None)):
             raise TypeError(f"{cls.__qualname__} is at version {version} but has no {name}")
-
-
-def topic_of(cls: type[Event]) -> str:
-    """The stored topic of an event class (the same for every version of it)."""
-    topic = _topics.get(cls)
-    if topic is None:
-        topic = _topics[cls] = f"{cls.__module__}:{cls.__qualname__}"
-    return topic
-
-
-_topics: dict[type[Event], str] = {}
 
 
 EVENT_CLASSES: dict[str, type[Event]] = _collect()
@@ -93,43 +76,6 @@ EVENT_CLASSES: dict[str, type[Event]] = _collect()
 READERS: dict[str, Reader] = {}
 
 _encoder = msgspec.json.Encoder()
-
-
-def reader_of(cls: type[Event]) -> Reader:
-    """The function that decodes ``cls``'s stored states, of any version it can upcast."""
-    decode: Reader = msgspec.json.Decoder(cls).decode
-    version = cls.class_version
-    if version == 1:
-        return decode
-    current = b'{"%s":%d,' % (_TAG.encode(), version)
-
-    def read(state: bytes) -> Event:
-        if state.startswith(current):
-            return decode(state)
-        return upcast(cls, state)
-
-    return read
-
-
-def upcast(cls: type[Event], state: bytes) -> Event:
-    """The event of ``cls`` whose stored state (of any version up to the class's) is ``state``.
-
-    Raises ``UnknownEventError`` for a version newer than the class's, and
-    msgspec's ``ValidationError`` for a state that is not a valid form of it.
-    """
-    fields = msgspec.json.decode(state)
-    if not isinstance(fields, dict):
-        raise msgspec.ValidationError(f"Expected an object for {topic_of(cls)}")
-    version = fields.pop(_TAG, 1)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise msgspec.ValidationError(f"Invalid {_TAG} {version!r} for {topic_of(cls)}")
-    if version > cls.class_version:
-        raise UnknownEventError(topic_of(cls), version)
-    while version < cls.class_version:
-        getattr(cls, f"upcast_v{version}_v{version + 1}")(fields)
-        version += 1
-    event: Event = msgspec.convert(fields, cls)
-    return event
 
 
 def encode_event(event: Event) -> bytes:

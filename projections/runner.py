@@ -16,7 +16,7 @@ import apsw
 
 from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event
-from events.errors import StoreError
+from events.errors import StoreError, UnknownEventError
 from events.schema import (
     immediate_transaction,
     store_error,
@@ -67,6 +67,11 @@ def _catch_up(conn: apsw.Connection, batch_size: int) -> int:
                 return total
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
+    except UnknownEventError as e:
+        # An event a newer shep wrote: the refusal names it (the store says which).
+        from events.migrations import written_by
+
+        raise e.naming(written_by(conn), where=f"The event store {conn.filename}") from None
 
 
 def _catch_up_batch(conn: apsw.Connection, batch_size: int) -> int:
@@ -110,10 +115,7 @@ def _apply(
     for position, topic, state, chain in rows:
         kind = EVENT_CLASSES.get(topic)
         if kind is None:
-            raise StoreError(
-                f"Event {position} has topic {topic!r}, unknown to this version of shep. "
-                "Upgrade shep."
-            )
+            raise UnknownEventError(topic)
         handlers = by_kind.get(kind) if uniform else None
         if handlers is None:
             handlers = [

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from events.store import EventStore
 
 
+def _notice(line: str) -> None:
+    """What an upgrade of the store does (``events.migrations``), as one line on stderr."""
+    print(f"shep: {line}", file=sys.stderr)
+
+
 class Runtime:
     """Paths and lazily opened handles of one shep invocation.
 
@@ -157,7 +162,7 @@ class Runtime:
             from events.store import EventStore
 
             ensure_home(self.home_dir)
-            self._store = EventStore(self.store_url or self.db_file)
+            self._store = EventStore(self.store_url or self.db_file, on_notice=_notice)
         return self._store
 
     def has_store(self) -> bool:
