@@ -240,6 +240,8 @@ def _copy_aside(db_name: str, old_version: str, notice: Notice | None) -> tuple[
             with dest.backup("main", source, "main") as backup:
                 while not backup.done:
                     backup.step(4096)
+            # One self-contained file (the store's WAL mode came with its pages).
+            dest.execute("PRAGMA journal_mode=DELETE")
         finally:
             dest.close()
     finally:

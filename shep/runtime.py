@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import ShepError, StoreError, StoreUnavailableError
+from events.errors import ShepError, StoreError, StoreTooNewError, StoreUnavailableError
 from events.runs import RunStatus
 from events.schema import ensure_home, home_from_env
 from events.words import counted
@@ -213,6 +213,8 @@ class Runtime:
                 marked += 1
             except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
                 continue  # another process got there first, the run ended, or was resumed
+            except StoreTooNewError:
+                return 0  # a newer shep's store: read as it is; this shep writes none of it
         catch_up(conn)
         if marked:
             print(f"{counted(marked, 'interrupted run')}: shep status", file=sys.stderr)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from events.base import topic_of
-from events.errors import AgentNotConfiguredError
+from events.errors import AgentNotConfiguredError, UnknownEventError
 from events.setting_values import (
     SettingValue,
     SettingValues,
@@ -97,13 +97,18 @@ def read_setting_values(conn: apsw.Connection) -> SettingValues:
     upcaster of ``SettingChanged``, which this fold applies as the store's does.
     """
     changes = []
-    for (state,) in conn.execute(
-        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
-        "ORDER BY originator_version",
-        (SETTINGS_STREAM_ID.hex, topic_of(SettingChanged)),
-    ):
-        event = _setting_changed(state)
-        changes.append((event.key, event.value))
+    try:
+        for (state,) in conn.execute(
+            "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
+            "ORDER BY originator_version",
+            (SETTINGS_STREAM_ID.hex, topic_of(SettingChanged)),
+        ):
+            event = _setting_changed(state)
+            changes.append((event.key, event.value))
+    except UnknownEventError as e:
+        from events.migrations import written_by
+
+        raise e.naming(written_by(conn), where=f"The event store {conn.filename}") from None
     return fold_values(changes)
 
 

@@ -16,7 +16,7 @@ import msgspec
 
 from events.audit import hex_prefix, run_in_log, single_run
 from events.base import Event
-from events.catalog import decode_event, topic_of
+from events.catalog import EVENT_CLASSES, decode_event, topic_of
 from events.checkpoints import WritesSaved
 from events.errors import StoreUnavailableError, UnknownEventError
 from events.inbox import (
@@ -70,6 +70,8 @@ def story(rows: Iterable[tuple[int, str, bytes]]) -> list[tuple[int, Story]]:
         elif topic in _STORY_TOPICS:
             found.append((position, decode_event(topic, state)))
             batch = None
+        elif topic not in EVENT_CLASSES:
+            raise UnknownEventError(topic)  # a newer shep's event: not skipped as if known
     return found
 
 
