@@ -31,6 +31,7 @@ Opening a store (``EventStore``) checks its schema version:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from events import versions
-from events.errors import StoreTooNewError
+from events.errors import StoreTooNewError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import apsw
@@ -130,6 +131,19 @@ def open_sqlite(
     datastore: ApswDatastore, recorder: ApswProcessRecorder, notice: Notice | None
 ) -> StoreSchema:
     """Check the SQLite store's schema; create it, or migrate it forward, as needed."""
+    import apsw
+
+    from events.persistence import translate
+
+    try:
+        return _open_sqlite(datastore, recorder, notice)
+    except apsw.Error as e:
+        raise translate(e) from e
+
+
+def _open_sqlite(
+    datastore: ApswDatastore, recorder: ApswProcessRecorder, notice: Notice | None
+) -> StoreSchema:
     with datastore.borrow() as conn:
         version = user_version(conn)
         meta = read_meta(conn) if version >= 2 else {}
@@ -140,6 +154,10 @@ def open_sqlite(
             version, writer, too_new(f"The event store {datastore.db_name}", version, writer)
         )
     if version < current:
+        if not _writable(datastore.db_name):
+            # Read as it is (an audit of an old, read-only home); a write fails as on any
+            # read-only store, and the next shep that can write migrates it.
+            return StoreSchema(version, writer)
         return _upgrade_sqlite(datastore, recorder, notice)
     if versions.is_newer(versions.SHEP_VERSION, writer or "0"):
         with datastore.transaction(commit=True) as c:
@@ -193,6 +211,13 @@ def _upgrade_sqlite(
     return StoreSchema(current, versions.SHEP_VERSION)
 
 
+def _writable(db_name: str) -> bool:
+    """Whether this process may write the store, and a copy of it beside it."""
+    return os.access(db_name, os.W_OK) and os.access(
+        os.path.dirname(os.path.abspath(db_name)), os.W_OK
+    )
+
+
 def _has_events(conn: apsw.Connection) -> bool:
     import apsw
 
@@ -217,22 +242,42 @@ def _copy_aside(db_name: str, old_version: str, notice: Notice | None) -> tuple[
     """
     import apsw
 
-    from events.schema import connect
-
     final = backup_path(db_name, old_version)
     partial = final + ".tmp"
-    for leftover in (partial, partial + "-journal", partial + "-wal", partial + "-shm"):
-        if os.path.exists(leftover):
-            os.unlink(leftover)
     size = os.path.getsize(db_name) + (
         os.path.getsize(db_name + "-wal") if os.path.exists(db_name + "-wal") else 0
     )
     if size >= LARGE_STORE_BYTES and notice is not None:
         notice(
             f"upgrading the event store: copying it first to {final} ({_size(size)}); "
-            "other shep commands wait until it is done."
+            "other shep commands wait for it, or say the store is locked: run them again."
         )
     started = time.monotonic()
+    try:
+        for leftover in (partial, partial + "-journal", partial + "-wal", partial + "-shm"):
+            if os.path.lexists(leftover):
+                os.unlink(leftover)  # a copy a killed upgrade left
+        _backup(db_name, partial)
+        os.replace(partial, final)
+        _sync_directory(final)
+    except (OSError, apsw.Error) as e:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise StoreUnavailableError(
+            f"Could not copy the event store to {final} before upgrading it ({reason}); "
+            "nothing was changed. Free some space, or make its directory writable, and "
+            "run the command again."
+        ) from e
+    return final, size, time.monotonic() - started
+
+
+def _backup(db_name: str, partial: str) -> None:
+    """Copy the store's committed pages to ``partial``, as private as the store, synced."""
+    import apsw
+
+    from events.schema import connect
+
     source = connect(db_name, readonly=True)
     try:
         dest = apsw.Connection(partial)
@@ -246,19 +291,21 @@ def _copy_aside(db_name: str, old_version: str, notice: Notice | None) -> tuple[
             dest.close()
     finally:
         source.close()
-    os.chmod(partial, os.stat(db_name).st_mode & 0o777)  # the copy is as private as the store
+    os.chmod(partial, os.stat(db_name).st_mode & 0o777)
     fd = os.open(partial, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(partial, final)
-    directory = os.open(os.path.dirname(os.path.abspath(final)), os.O_RDONLY)
+
+
+def _sync_directory(path: str) -> None:
+    """Make a rename in ``path``'s directory durable."""
+    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
-    return final, size, time.monotonic() - started
 
 
 # --- PostgreSQL -----------------------------------------------------------------------

@@ -91,6 +91,9 @@ class EventStore:
                 cause = self.datastore.connect_error() or e  # the pool does not say why
             self.datastore.close()
             raise self._error(cause) from e
+        except BaseException:
+            self.datastore.close()  # an upgrade that stopped (it says why)
+            raise
 
     @property
     def shared(self) -> bool:

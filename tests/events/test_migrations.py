@@ -24,6 +24,7 @@ import pytest
 from events import versions
 from events.audit import open_log, verify_chain
 from events.base import utc_now
+from events.errors import StoreUnavailableError
 from events.mapper import MsgspecMapper
 from events.migrations import read_meta, user_version
 from events.persistence import ApswDatastore, ApswProcessRecorder
@@ -141,6 +142,47 @@ def test_a_store_of_a_newer_schema_is_read_but_never_written(shep_home: Path) ->
         "write to a newer store: upgrade shep.\n"
     )
     assert _head(db) == (EVENTS_0_1_0, HEAD_0_1_0)
+
+
+def test_an_old_store_that_cannot_be_written_is_read_as_it_is(shep_home: Path) -> None:
+    """An old store this process cannot write (an immutable file here; a read-only mount or
+    someone else's home elsewhere) is read without migrating it: `shep settings show`
+    works, the store stays at schema 1 and no copy is made."""
+    db = unpack_0_1_0(shep_home)
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(db)], check=False).returncode != 0:
+            pytest.skip("chattr +i is not available here")
+    else:
+        db.chmod(0o444)
+    try:
+        shown = shep("settings", "show", env={"SHEP_HOME": str(shep_home)})
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(db)], check=True)
+        db.chmod(0o644)
+    assert shown.returncode == 0, shown.stderr
+    assert "agent_type: demo" in shown.stdout
+    assert _schema(db) == (1, {})
+    assert [p.name for p in shep_home.iterdir() if ".bak" in p.name] == []
+
+
+def test_a_copy_that_cannot_be_made_changes_nothing(shep_home: Path) -> None:
+    """When the old store cannot be copied aside (here a directory is in the way), the
+    upgrade stops with one line saying so and what to do, and leaves the store as it was."""
+    db = unpack_0_1_0(shep_home)
+    (shep_home / "shep.db.bak-0.1.0").mkdir()
+    with pytest.raises(StoreUnavailableError) as refused:
+        EventStore(db)
+    assert str(refused.value).startswith(
+        f"Could not copy the event store to {shep_home / 'shep.db.bak-0.1.0'} before upgrading it ("
+    )
+    assert str(refused.value).endswith(
+        "); nothing was changed. Free some space, or make its directory writable, and run "
+        "the command again."
+    )
+    assert _schema(db) == (1, {})
+    assert _head(db) == (EVENTS_0_1_0, HEAD_0_1_0)
+    assert not (shep_home / "shep.db.bak-0.1.0.tmp").exists()
 
 
 # --- killed while migrating -------------------------------------------------------------
