@@ -69,9 +69,7 @@ def _catch_up(conn: apsw.Connection, batch_size: int) -> int:
         raise store_error(e, conn.filename) from e
     except UnknownEventError as e:
         # An event a newer shep wrote: the refusal names it (the store says which).
-        from events.migrations import written_by
-
-        raise e.naming(written_by(conn), where=f"The event store {conn.filename}") from None
+        raise _naming_writer(conn, e) from None
 
 
 def _catch_up_batch(conn: apsw.Connection, batch_size: int) -> int:
@@ -141,6 +139,19 @@ def _apply(
         batch.chain = chain
         for handler in handlers:
             handler(batch, event)
+
+
+def _naming_writer(conn: apsw.Connection, error: UnknownEventError) -> UnknownEventError:
+    """The refusal to read a newer shep's event, naming the newest shep that wrote the log:
+    this file's, or for a copy of a shared log, the server's."""
+    from events.migrations import written_by
+    from events.postgres_url import where
+    from projections.mirror import newest_writer, url_of
+
+    url = url_of(conn)
+    if url is None:
+        return error.naming(written_by(conn), where=f"The event store {conn.filename}")
+    return error.naming(newest_writer(url), where=f"The shared store at {where(url)}")
 
 
 def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:

@@ -114,3 +114,30 @@ def test_an_older_home_on_a_newer_shared_store_refuses_to_write(
         with pytest.raises(type(store.schema.too_new)), store.exclusive():
             pass
     assert _meta(pg_url)["newest_writer"] == "0.4.0"
+
+
+def test_a_newer_sheps_event_on_the_shared_store_is_refused_naming_its_writer(
+    pg_url: str, shep_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """shep 0.3.0 appends an event type this shep does not know to the shared store: a home
+    of this shep copies it, and refuses it with one line naming shep 0.3.0 (the server
+    says who wrote it; the home's copy does not), exit 5."""
+    from tests.events.test_versions import RunTeleported
+
+    monkeypatch.setenv("SHEP_DATABASE_URL", pg_url)
+    with EventStore(pg_url) as store:
+        store.append(_changes(1))
+    assert shep("status", "--all").returncode == 0
+    this = versions.SHEP_VERSION
+    monkeypatch.setattr(versions, "SHEP_VERSION", "0.3.0")
+    with EventStore(pg_url) as store:
+        store.append(
+            [RunTeleported(originator_id=SETTINGS_STREAM_ID, originator_version=2,
+                           timestamp=utc_now(), to="mars")]
+        )  # fmt: skip
+    refused = shep("status", "--all")
+    assert (refused.returncode, refused.stderr) == (
+        5,
+        f"shep: The shared store at {where(pg_url)} holds events.runs:RunTeleported events, "
+        f"written by shep 0.3.0; this is shep {this}: upgrade shep.\n",
+    )
