@@ -57,7 +57,7 @@ SCHEMA_WRITERS = {1: "0.1.0"}
 
 #: From this size on, an upgrade says before it starts how big the copy is, and after
 #: it how long it took.
-LARGE_STORE_BYTES = 256 * 1024 * 1024
+LARGE_STORE_BYTES = 256_000_000
 
 _SQLITE_META_DDL = (
     "CREATE TABLE IF NOT EXISTS shep_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
