@@ -88,11 +88,12 @@ def decode_event(topic: str, state: bytes) -> Event:
 
     ``UnknownEventError`` for a topic, or a version of one, this shep does not know.
     """
-    read = READERS.get(topic)
-    if read is None:
+    try:
+        read = READERS[topic]
+    except KeyError:
         cls = EVENT_CLASSES.get(topic)
         if cls is None:
-            raise UnknownEventError(topic)
+            raise UnknownEventError(topic) from None
         read = READERS[topic] = reader_of(cls)
     try:
         return read(state)
