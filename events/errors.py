@@ -25,6 +25,45 @@ class StoreCorruptedError(StoreError):
     """The database file is not a shep event store or is damaged."""
 
 
+class StoreTooNewError(StoreError):
+    """The store was written by a newer shep, in a form this one cannot read or write."""
+
+    exit_code = 5
+
+
+class UnknownEventError(StoreTooNewError):
+    """The store holds an event type, or a version of one, that this shep does not know.
+
+    Raised where an event is decoded (``events.catalog``), which does not know
+    the store; whoever reads the store names its writer (``naming``).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        version: int | None = None,
+        *,
+        written_by: str | None = None,
+        where: str = "The event store",
+    ) -> None:
+        from events.versions import SHEP_VERSION
+
+        self.topic = topic
+        self.version = version
+        self.written_by = written_by
+        what = f"version {version} of {topic}" if version is not None else f"{topic} events"
+        writer = f"shep {written_by}" if written_by else "a newer shep"
+        super().__init__(
+            f"{where} holds {what}, written by {writer}; this is shep {SHEP_VERSION}: upgrade shep."
+        )
+
+    def naming(
+        self, written_by: str | None, *, where: str = "The event store"
+    ) -> UnknownEventError:
+        """The same refusal, naming the shep that wrote the store."""
+        return UnknownEventError(self.topic, self.version, written_by=written_by, where=where)
+
+
 class ConcurrencyError(ShepError):
     """Another writer appended to the same stream first; reload and decide again."""
 

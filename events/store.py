@@ -36,25 +36,30 @@ from eventsourcing.persistence import (
 
 from events.base import Event
 from events.catalog import topic_of
-from events.errors import ConcurrencyError, StoreError, StoreUnavailableError
+from events.errors import ConcurrencyError, StoreError, StoreUnavailableError, UnknownEventError
 from events.mapper import MsgspecMapper
+from events.migrations import Notice, StoreSchema, open_postgres, open_sqlite
 from events.persistence import ApswDatastore, ApswProcessRecorder
 from events.postgres_url import is_postgres_url, redacted
 from events.postgres_url import store_error as pg_store_error
+from events.postgres_url import where as pg_where
 from events.schema import DEFAULT_SYNCHRONOUS, store_error
 
 T = TypeVar("T")
-
-#: Bumped when the schema changes; tables are created when the file is older.
-SCHEMA_VERSION = 1
 
 
 class EventStore:
     """Append events to streams with optimistic concurrency; load a stream back."""
 
     def __init__(
-        self, location: str | os.PathLike[str], *, synchronous: str = DEFAULT_SYNCHRONOUS
+        self,
+        location: str | os.PathLike[str],
+        *,
+        synchronous: str = DEFAULT_SYNCHRONOUS,
+        on_notice: Notice | None = None,
     ) -> None:
+        """Open (and create, or migrate forward once) the store; ``on_notice`` is told what
+        an upgrade does, a line at a time (see ``events.migrations``)."""
         where = os.fspath(location)
         #: The shared store's URL, or None for a SQLite file.
         self.url = where if is_postgres_url(where) else None
@@ -75,21 +80,20 @@ class EventStore:
             self.recorder = ApswProcessRecorder(self.datastore)
         self._events = LibraryEventStore(mapper=self._mapper, recorder=self.recorder)
         try:
-            if self.url is not None:
-                if not self._pg_has_tables():
-                    self.recorder.create_table()
-            else:
-                with self.datastore.borrow() as conn:
-                    version = cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
-                    if version < SCHEMA_VERSION:
-                        self.recorder.create_table()
-                        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.schema: StoreSchema = (
+                open_postgres(self.datastore, self.recorder, pg_where(self.url), on_notice)
+                if self.url is not None
+                else open_sqlite(self.datastore, self.recorder, on_notice)
+            )
         except PersistenceError as e:
             cause: BaseException = e
             if self.url is not None and type(e.__cause__).__name__ == "PoolTimeout":
                 cause = self.datastore.connect_error() or e  # the pool does not say why
             self.datastore.close()
             raise self._error(cause) from e
+        except BaseException:
+            self.datastore.close()  # an upgrade that stopped (it says why)
+            raise
 
     @property
     def shared(self) -> bool:
@@ -99,19 +103,6 @@ class EventStore:
     def given_up(self) -> bool:
         """The shared store stayed away past ``retry_for``: every call now fails at once."""
         return self._gave_up is not None
-
-    def _pg_has_tables(self) -> bool:
-        with self.datastore.transaction(commit=False) as curs:
-            row = curs.execute(
-                "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL "
-                "AND to_regproc(%s) IS NOT NULL AS ok",
-                (
-                    self.recorder.events_table_name,
-                    self.recorder.tracking_table_name,
-                    self.recorder.append_function,
-                ),
-            ).fetchone()
-        return bool(row and row["ok"])
 
     def _error(self, error: BaseException) -> StoreError:
         if self.url is not None:
@@ -171,6 +162,8 @@ class EventStore:
         """
         if not events and tracking is None:
             return []
+        if self.schema.too_new is not None:
+            raise self.schema.too_new
         kwargs = {}
         if tracking is not None:
             from eventsourcing.persistence import Tracking
@@ -234,6 +227,15 @@ class EventStore:
             ]
         except PersistenceError as e:
             raise self._error(e) from e
+        except UnknownEventError as e:
+            raise self._unknown(e) from None
+
+    def _unknown(self, error: UnknownEventError) -> UnknownEventError:
+        """The refusal to read an event, naming the newest shep that wrote to this store."""
+        place = f"The event store {self.path}"
+        if self.url is not None:
+            place = f"The shared store at {pg_where(self.url)}"
+        return error.naming(self.schema.newest_writer, where=place)
 
     def stream_version(self, stream_id: UUID) -> int:
         """The version of the stream's newest event, 0 for a stream with none."""
@@ -264,7 +266,10 @@ class EventStore:
         except PersistenceError as e:
             raise self._error(e) from e
         to_event = self._mapper.to_domain_event
-        return [(n.id, cast(Event, to_event(n))) for n in notifications]
+        try:
+            return [(n.id, cast(Event, to_event(n))) for n in notifications]
+        except UnknownEventError as e:
+            raise self._unknown(e) from None
 
     def max_position(self) -> int:
         """The global position of the newest event, 0 when the store is empty."""
@@ -281,6 +286,8 @@ class EventStore:
         For a decision that must hold while something outside the store happens
         (starting an agent only while the worker owns the run).
         """
+        if self.schema.too_new is not None:
+            raise self.schema.too_new
         try:
             if self.url is None:
                 with self.datastore.hold():

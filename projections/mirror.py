@@ -147,6 +147,21 @@ def pull(conn: apsw.Connection, url: str, *, batch_size: int = 5000) -> int:
         raise sqlite_error(e, conn.filename) from e
 
 
+def newest_writer(url: str) -> str | None:
+    """The newest shep that wrote to the shared store, as it says (None: it cannot say)."""
+    import psycopg
+
+    try:
+        row = (
+            _connect(url)
+            .execute("SELECT value FROM shep_meta WHERE key = 'newest_writer'")
+            .fetchone()
+        )
+    except psycopg.Error:
+        return None
+    return str(row[0]) if row else None
+
+
 def _check_same_log(server: Any, url: str, position: int, head_hash: bytes) -> None:
     row = server.execute(
         "SELECT chain_hash FROM stored_events WHERE notification_id = %s", (position,)

@@ -16,7 +16,7 @@ import apsw
 
 from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event
-from events.errors import StoreError
+from events.errors import StoreError, UnknownEventError
 from events.schema import (
     immediate_transaction,
     store_error,
@@ -67,6 +67,9 @@ def _catch_up(conn: apsw.Connection, batch_size: int) -> int:
                 return total
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
+    except UnknownEventError as e:
+        # An event a newer shep wrote: the refusal names it (the store says which).
+        raise _naming_writer(conn, e) from None
 
 
 def _catch_up_batch(conn: apsw.Connection, batch_size: int) -> int:
@@ -110,10 +113,7 @@ def _apply(
     for position, topic, state, chain in rows:
         kind = EVENT_CLASSES.get(topic)
         if kind is None:
-            raise StoreError(
-                f"Event {position} has topic {topic!r}, unknown to this version of shep. "
-                "Upgrade shep."
-            )
+            raise UnknownEventError(topic)
         handlers = by_kind.get(kind) if uniform else None
         if handlers is None:
             handlers = [
@@ -139,6 +139,19 @@ def _apply(
         batch.chain = chain
         for handler in handlers:
             handler(batch, event)
+
+
+def _naming_writer(conn: apsw.Connection, error: UnknownEventError) -> UnknownEventError:
+    """The refusal to read a newer shep's event, naming the newest shep that wrote the log:
+    this file's, or for a copy of a shared log, the server's."""
+    from events.migrations import written_by
+    from events.postgres_url import where
+    from projections.mirror import newest_writer, url_of
+
+    url = url_of(conn)
+    if url is None:
+        return error.naming(written_by(conn), where=f"The event store {conn.filename}")
+    return error.naming(newest_writer(url), where=f"The shared store at {where(url)}")
 
 
 def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:

@@ -1,3 +1,5 @@
 """shep: run AI coding agents through LangGraph workflows, with an append-only event log."""
 
-__version__ = "0.1.0"
+from events.versions import SHEP_VERSION as __version__
+
+__all__ = ["__version__"]

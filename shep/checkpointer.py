@@ -118,9 +118,10 @@ from events.checkpoints import (
     ThreadPruned,
     WritesSaved,
 )
-from events.errors import ConcurrencyError
+from events.errors import ConcurrencyError, StoreTooNewError
 from events.schema import store_error
 from events.store import EventStore
+from events.versions import SHEP_VERSION
 from projections.checkpoints import (
     CheckpointRow,
     MetadataRow,
@@ -146,6 +147,15 @@ OutboxBuilder = Callable[[int], Sequence[Event]]
 #: How many version conflicts one append survives before giving up.
 MAX_ATTEMPTS = 20
 
+#: The version of the checkpoint state this saver writes (its serializer's output, as
+#: shep stores it), recorded in each checkpoint's metadata under ``STATE_VERSION_KEY``
+#: and taken out again when read (absent: version 1, shep 0.1.0). A newer shep that
+#: changes it adds ``STATE_UPCASTERS[N]`` (a version-N checkpoint, in place, to N+1);
+#: a checkpoint of a newer version is refused, never resumed from.
+CHECKPOINT_STATE_VERSION = 1
+STATE_VERSION_KEY = "shep_state_version"
+STATE_UPCASTERS: dict[int, Callable[[Checkpoint], None]] = {}
+
 _Events = list[Event]
 _MetadataRows = list[MetadataRow]
 _P = ParamSpec("_P")
@@ -159,6 +169,27 @@ def thread_stream_id(thread_id: str) -> UUID:
         return UUID(thread_id)
     except ValueError:
         return uuid5(SHEP_NAMESPACE, "thread:" + thread_id)
+
+
+@dataclass(frozen=True)
+class _Versioned:
+    """A checkpoint's metadata as LangGraph gave it, and its state's version."""
+
+    metadata: dict[str, Any]
+    version: int
+
+
+def _state_versioned(stored: Any, checkpoint_id: str) -> _Versioned:
+    """The stored metadata without the state version, and the version (refused if newer)."""
+    metadata = dict(stored)
+    version = metadata.pop(STATE_VERSION_KEY, 1)
+    if not isinstance(version, int) or version > CHECKPOINT_STATE_VERSION:
+        raise StoreTooNewError(
+            f"Checkpoint {checkpoint_id} holds state of version {version}, written by a "
+            f"newer shep; this is shep {SHEP_VERSION} (checkpoint state version "
+            f"{CHECKPOINT_STATE_VERSION}): upgrade shep to resume from it."
+        )
+    return _Versioned(metadata, version)
 
 
 @dataclass
@@ -344,7 +375,9 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         stream = thread_stream_id(thread_id)
         full_metadata = get_checkpoint_metadata(config, metadata)
         checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(checkpoint)
-        metadata_type, metadata_bytes = self.serde.dumps_typed(full_metadata)
+        metadata_type, metadata_bytes = self.serde.dumps_typed(
+            {**full_metadata, STATE_VERSION_KEY: CHECKPOINT_STATE_VERSION}
+        )
         run_id = full_metadata.get("run_id")
         source = full_metadata.get("source")
         step = full_metadata.get("step")
@@ -576,22 +609,24 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         config: RunnableConfig,
         row: CheckpointRow,
         writes: list[WriteRow],
-        metadata: Any = None,
+        metadata: _Versioned | None = None,
     ) -> CheckpointTuple:
         thread_id = config["configurable"]["thread_id"]
-        _, ns, _, parent, ctype, cbytes, mtype, mbytes = row
+        _, ns, checkpoint_id, parent, ctype, cbytes, mtype, mbytes = row
         loads = self.serde.loads_typed
         pending: list[PendingWrite] = [
             (task_id, channel, loads((value_type, value)))
             for task_id, channel, value_type, value in writes
         ]
+        if metadata is None:
+            metadata = _state_versioned(loads((mtype, mbytes)), checkpoint_id)
+        checkpoint = cast(Checkpoint, loads((ctype, cbytes)))
+        for version in range(metadata.version, CHECKPOINT_STATE_VERSION):
+            STATE_UPCASTERS[version](checkpoint)
         return CheckpointTuple(
             config=config,
-            checkpoint=cast(Checkpoint, loads((ctype, cbytes))),
-            metadata=cast(
-                CheckpointMetadata,
-                loads((mtype, mbytes)) if metadata is None else metadata,
-            ),
+            checkpoint=checkpoint,
+            metadata=cast(CheckpointMetadata, metadata.metadata),
             parent_config=(
                 {
                     "configurable": {
@@ -675,7 +710,8 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
         for stream, thread_id, ns, checkpoint_id, mtype, mbytes in heads:
             if remaining is not None and remaining <= 0:
                 return
-            metadata = self.serde.loads_typed((mtype, mbytes))
+            versioned = _state_versioned(self.serde.loads_typed((mtype, mbytes)), checkpoint_id)
+            metadata = versioned.metadata
             if filter and not all(metadata.get(k) == v for k, v in filter.items()):
                 continue
             shown_thread = config["configurable"]["thread_id"] if config else thread_id
@@ -691,7 +727,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
                     "checkpoint_id": checkpoint_id,
                 }
             }
-            yield self._tuple(tuple_config, loaded[0], loaded[1], metadata)
+            yield self._tuple(tuple_config, loaded[0], loaded[1], versioned)
 
     # -- versions ------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from uuid import UUID
 
 import apsw
 
+from events.errors import StoreTooNewError
+
 if TYPE_CHECKING:
     from shep.runtime import Runtime
 
@@ -30,32 +32,42 @@ DEADLINE_ACTOR = "system:deadline"
 
 def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True) -> int:
     """Apply due deadlines, resume stranded runs, print the notice; return the pending count."""
-    from projections.inbox_queries import count_pending, list_expired_questions, list_runs_to_resume
+    from projections.inbox_queries import count_pending
 
     pending = count_pending(conn)
     stranded = _awaited_decisions(conn)
     if pending == 0 and not stranded:
         return 0
     if not conn.readonly("main"):
-        expired = list_expired_questions(conn, datetime.now(UTC).isoformat()) if pending else []
-        for item in expired:
-            _apply_deadline(runtime, item)
-        if expired:
-            from projections.runner import catch_up
-
-            catch_up(conn)
-            pending, stranded = count_pending(conn), _awaited_decisions(conn)
-        if stranded:
-            here = None
-            if runtime.shared:
-                from shep.identity import host_name
-
-                here = host_name()
-            for run_id in list_runs_to_resume(conn, host=here):
-                _resume(runtime, run_id)
+        # A newer shep's store is read as it is: this shep writes none of it.
+        with contextlib.suppress(StoreTooNewError):
+            pending, stranded = _act(runtime, conn, pending, stranded)
     if pending and notice and notice_enabled(conn):
         print(f"{pending} waiting in the inbox: shep inbox", file=sys.stderr)
     return pending
+
+
+def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) -> tuple[int, bool]:
+    """Apply due deadlines and resume stranded runs; the pending count and strandedness after."""
+    from projections.inbox_queries import count_pending, list_expired_questions, list_runs_to_resume
+
+    expired = list_expired_questions(conn, datetime.now(UTC).isoformat()) if pending else []
+    for item in expired:
+        _apply_deadline(runtime, item)
+    if expired:
+        from projections.runner import catch_up
+
+        catch_up(conn)
+        pending, stranded = count_pending(conn), _awaited_decisions(conn)
+    if stranded:
+        here = None
+        if runtime.shared:
+            from shep.identity import host_name
+
+            here = host_name()
+        for run_id in list_runs_to_resume(conn, host=here):
+            _resume(runtime, run_id)
+    return pending, stranded
 
 
 def _awaited_decisions(conn: apsw.Connection) -> bool:

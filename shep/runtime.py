@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import ShepError, StoreError, StoreUnavailableError
+from events.errors import ShepError, StoreError, StoreTooNewError, StoreUnavailableError
 from events.runs import RunStatus
 from events.schema import ensure_home, home_from_env
 from events.words import counted
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from events.store import EventStore
+
+
+def _notice(line: str) -> None:
+    """What an upgrade of the store does (``events.migrations``), as one line on stderr."""
+    print(f"shep: {line}", file=sys.stderr)
 
 
 class Runtime:
@@ -157,7 +162,7 @@ class Runtime:
             from events.store import EventStore
 
             ensure_home(self.home_dir)
-            self._store = EventStore(self.store_url or self.db_file)
+            self._store = EventStore(self.store_url or self.db_file, on_notice=_notice)
         return self._store
 
     def has_store(self) -> bool:
@@ -208,6 +213,8 @@ class Runtime:
                 marked.append(orphan.run_id)
             except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
                 continue  # another process got there first, the run ended, or was resumed
+            except StoreTooNewError:
+                return 0  # a newer shep's store: read as it is; this shep writes none of it
         catch_up(conn)
         return marked
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from events.errors import AgentNotConfiguredError
+from events.base import topic_of
+from events.errors import AgentNotConfiguredError, UnknownEventError
 from events.setting_values import (
     SettingValue,
     SettingValues,
@@ -91,17 +92,36 @@ def read_setting_values(conn: apsw.Connection) -> SettingValues:
 
     The same fold as ``load_settings``, with its skipping of bad records, but
     cheap (apsw and msgspec, no eventsourcing): the checks every command runs
-    before its own work read it.
+    before its own work read it. The settings' version is their events'
+    (``class_version``): a changed setting, renamed or of another kind, is an
+    upcaster of ``SettingChanged``, which this fold applies as the store's does.
     """
+    changes = []
+    try:
+        for (state,) in conn.execute(
+            "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
+            "ORDER BY originator_version",
+            (SETTINGS_STREAM_ID.hex, topic_of(SettingChanged)),
+        ):
+            event = _setting_changed(state)
+            changes.append((event.key, event.value))
+    except UnknownEventError as e:
+        from events.migrations import written_by
+
+        raise e.naming(written_by(conn), where=f"The event store {conn.filename}") from None
+    return fold_values(changes)
+
+
+def _setting_changed(state: bytes) -> SettingChanged:
+    """A stored ``SettingChanged`` of any version, as the catalog reads it (upcast from an
+    older one; a newer one refused) without importing the catalog."""
     import msgspec
 
-    topic = f"{SettingChanged.__module__}:{SettingChanged.__qualname__}"
-    changes = []
-    for (state,) in conn.execute(
-        "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
-        "ORDER BY originator_version",
-        (SETTINGS_STREAM_ID.hex, topic),
-    ):
-        event = msgspec.json.decode(state, type=SettingChanged)
-        changes.append((event.key, event.value))
-    return fold_values(changes)
+    from events.base import reader_of, upcast
+
+    try:
+        event = reader_of(SettingChanged)(state)
+    except msgspec.ValidationError:
+        event = upcast(SettingChanged, state)
+    assert isinstance(event, SettingChanged)
+    return event

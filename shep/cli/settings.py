@@ -557,7 +557,7 @@ def store_command(
         # Reach it (and create its tables) before saving: a typo fails here, not later.
         from events.store import EventStore
 
-        with EventStore(url) as store:
+        with EventStore(url, on_notice=lambda line: click.echo(f"shep: {line}", err=True)) as store:
             store.max_position()
         save_store_url(runtime.home, url)
         runtime = Runtime(runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV) or url)

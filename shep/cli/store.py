@@ -79,6 +79,8 @@ def migrate(runtime: Runtime, target: str | None, to_stdin: bool) -> None:
                 f"({before.problem}): not migrated. Run `shep audit verify`."
             )
         with EventStore(target) as dest:
+            if dest.schema.too_new is not None:
+                raise dest.schema.too_new
             copied = _copy(conn, dest, where(target))
     finally:
         conn.close()

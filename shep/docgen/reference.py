@@ -92,6 +92,11 @@ def event_catalog() -> str:
         "(its position in the stream, from 1) and `timestamp` (UTC). Stored events carry",
         "their global position and `chain_hash = H(previous hash, event)` as well.",
         "",
+        "Each event type has a version. A type's stored form from version 2 on starts with",
+        '`"class_version": N`; older forms are upcast when read (the upcasters are listed',
+        "under their type) and the log is never rewritten. A store holding a type, or a",
+        "version of one, that this shep does not know is refused: upgrade shep.",
+        "",
     ]
     current_module = ""
     for topic, cls in EVENT_CLASSES.items():
@@ -105,9 +110,13 @@ def event_catalog() -> str:
             "",
             inspect.cleandoc(cls.__doc__ or ""),
             "",
-            f"Topic: `{topic}`",
+            f"Topic: `{topic}` (version {cls.class_version})",
             "",
         ]
+        for older in range(1, cls.class_version):
+            upcaster = getattr(cls, f"upcast_v{older}_v{older + 1}")
+            summary = inspect.cleandoc(upcaster.__doc__ or "").split("\n\n")[0]
+            parts += [f"From version {older}: {summary}".rstrip(), ""]
         fields = [
             f
             for f in msgspec.structs.fields(cls)

@@ -19,6 +19,7 @@ package costs what the single module did.
 """
 
 # tests/replay/test_builder.py pins these topics against the event catalog.
+from events.catalog import decode_event, topic_of
 from shep.replay.builder import _STORY_CLASSES as _STORY_CLASSES
 from shep.replay.builder import (
     LINE_LIMIT,
@@ -27,9 +28,7 @@ from shep.replay.builder import (
     OutputBatch,
     Story,
     build_replay,
-    decode_event,
     load_frames,
-    topic_of,
 )
 from shep.replay.frames import (
     Decision,

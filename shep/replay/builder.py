@@ -12,6 +12,7 @@ from uuid import UUID
 import msgspec
 
 from events.base import Event
+from events.catalog import decode_event, topic_of
 from events.checkpoints import CheckpointSaved, WritesSaved
 from events.errors import RunNotFoundError
 from events.features import (
@@ -70,16 +71,6 @@ OUTPUT_HEAD = 40
 OUTPUT_TAIL = 20
 #: Longer lines are cut here, with an ellipsis.
 LINE_LIMIT = 240
-
-
-def topic_of(cls: type[Event]) -> str:
-    """The stored topic of an event class, in ``events.catalog``'s form (``module:Class``).
-
-    Spelled here because importing the catalog builds a decoder for every event
-    class (with the settings' imports, ~8 ms); a replay builds only the few it
-    reads. ``tests/replay/test_builder.py`` pins the two forms equal.
-    """
-    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def load_frames(events: Iterable[tuple[int, Story]]) -> list[Frame]:
@@ -592,13 +583,3 @@ _STORY_CLASSES: dict[str, type[Event]] = {
     if isinstance(cls, type) and issubclass(cls, Event)
 }
 _STORY_TOPICS = frozenset(_STORY_CLASSES)
-_decoders: dict[str, msgspec.json.Decoder[Any]] = {}
-
-
-def decode_event(topic: str, state: bytes) -> Event:
-    """An event a replay reads (``_STORY_TOPICS``) from its topic and stored bytes."""
-    decoder = _decoders.get(topic)
-    if decoder is None:
-        decoder = _decoders[topic] = msgspec.json.Decoder(_STORY_CLASSES[topic])
-    event: Event = decoder.decode(state)
-    return event

@@ -12,8 +12,8 @@ from uuid import UUID
 import msgspec
 
 from events.base import Event
+from events.catalog import decode_event, topic_of
 from events.runs import RunCreated, RunForked
-from shep.replay.builder import decode_event, topic_of
 from shep.replay.frames import _iso
 from shep.replay.sources import (
     _RUN_CREATED,

@@ -16,8 +16,9 @@ import msgspec
 
 from events.audit import hex_prefix, run_in_log, single_run
 from events.base import Event
+from events.catalog import EVENT_CLASSES, decode_event, topic_of
 from events.checkpoints import WritesSaved
-from events.errors import StoreUnavailableError
+from events.errors import StoreUnavailableError, UnknownEventError
 from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
@@ -33,8 +34,6 @@ from shep.replay.builder import (
     OutputBatch,
     Story,
     build_replay,
-    decode_event,
-    topic_of,
 )
 from shep.replay.frames import Replay, ReplayInputError
 from shep.replay.state import decode_typed
@@ -71,6 +70,8 @@ def story(rows: Iterable[tuple[int, str, bytes]]) -> list[tuple[int, Story]]:
         elif topic in _STORY_TOPICS:
             found.append((position, decode_event(topic, state)))
             batch = None
+        elif topic not in EVENT_CLASSES:
+            raise UnknownEventError(topic)  # a newer shep's event: not skipped as if known
     return found
 
 
@@ -100,6 +101,10 @@ def _read_store(path: str, read: Callable[[apsw.Connection], _T]) -> _T:
                 conn.execute("BEGIN")
                 result = read(conn)
                 conn.execute("COMMIT")
+            except UnknownEventError as e:
+                from events.migrations import written_by
+
+                raise e.naming(written_by(conn), where=f"The event store {path}") from None
             finally:
                 conn.close()
         except apsw.Error as e:

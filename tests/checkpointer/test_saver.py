@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID, uuid4, uuid5
 
+import apsw
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
@@ -248,3 +249,80 @@ def test_list_without_a_thread_spans_every_thread(
         first["configurable"]["checkpoint_id"],
     ]
     assert [t.config for t in saver.list(None, limit=1)] == [listed[0].config]
+
+
+# --- the checkpoint state's version ------------------------------------------------------
+
+
+def test_a_checkpoint_records_its_state_version_and_hands_back_langgraphs_metadata(
+    store: EventStore, saver: EventStoreCheckpointSaver
+) -> None:
+    """Each saved checkpoint's stored metadata carries the state version it was written in;
+    what LangGraph gets back (and filters on) is its own metadata, without it."""
+    from shep.checkpointer import CHECKPOINT_STATE_VERSION, STATE_VERSION_KEY
+
+    config = put(saver, "versioned")
+    (saved,) = store.load(thread_stream_id("versioned"), types=[CheckpointSaved])
+    assert isinstance(saved, CheckpointSaved)
+    stored = saver.serde.loads_typed((saved.metadata_type, saved.metadata))
+    assert stored[STATE_VERSION_KEY] == CHECKPOINT_STATE_VERSION
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert STATE_VERSION_KEY not in found.metadata
+    assert found.metadata["source"] == "loop"
+    listed = list(saver.list(None, filter={"source": "loop"}))
+    assert [t.config["configurable"]["checkpoint_id"] for t in listed] == [
+        config["configurable"]["checkpoint_id"]
+    ]
+    assert STATE_VERSION_KEY not in listed[0].metadata
+
+
+def test_a_checkpoint_of_a_newer_state_version_is_refused(
+    store: EventStore, saver: EventStoreCheckpointSaver
+) -> None:
+    """A checkpoint a newer shep saved in a newer state version is never resumed from: reading
+    it is refused with one line saying so."""
+    from events.errors import StoreTooNewError
+    from events.versions import SHEP_VERSION
+    from shep.checkpointer import STATE_VERSION_KEY
+
+    checkpoint = empty_checkpoint()
+    ctype, cbytes = saver.serde.dumps_typed(checkpoint)
+    mtype, mbytes = saver.serde.dumps_typed({"source": "loop", "step": 0, STATE_VERSION_KEY: 2})
+    stream = thread_stream_id("from-the-future")
+    store.append(
+        [CheckpointSaved(originator_id=stream, originator_version=1, timestamp=utc_now(),
+                         thread_id="from-the-future", checkpoint_id=checkpoint["id"],
+                         checkpoint_type=ctype, checkpoint=cbytes, metadata_type=mtype,
+                         metadata=mbytes)]
+    )  # fmt: skip
+    config: RunnableConfig = {"configurable": {"thread_id": "from-the-future"}}
+    with pytest.raises(StoreTooNewError) as refused:
+        saver.get_tuple(config)
+    assert str(refused.value) == (
+        f"Checkpoint {checkpoint['id']} holds state of version 2, written by a newer shep; "
+        f"this is shep {SHEP_VERSION} (checkpoint state version 1): upgrade shep to resume "
+        "from it."
+    )
+    with pytest.raises(StoreTooNewError):
+        list(saver.list(config))
+
+
+def test_a_checkpoint_of_shep_0_1_0_reads_as_state_version_1(shep_home: Path) -> None:
+    """The checkpoints of the demo run in 0.1.0's store (no state version recorded) read as
+    version 1: the run's newest checkpoint comes back, with LangGraph's metadata as saved."""
+    from tests.events.old_stores import unpack_0_1_0
+
+    db = unpack_0_1_0(shep_home)
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        (run_hex,) = conn.execute(
+            "SELECT originator_id FROM stored_events WHERE originator_id LIKE 'd247bdbc%' LIMIT 1"
+        ).fetchone()
+    finally:
+        conn.close()
+    with EventStore(db) as old, EventStoreCheckpointSaver(old, db) as reader:
+        found = reader.get_tuple({"configurable": {"thread_id": run_hex}})
+    assert found is not None
+    assert found.metadata["source"] == "loop"
+    assert "shep_state_version" not in found.metadata

@@ -237,9 +237,7 @@ def test_checkpoint_values_are_decoded_without_langgraph() -> None:
 
 
 def test_topics_are_the_catalogs() -> None:
-    """The replay's own topic spelling (it skips building the catalog's decoders) is the
-    catalog's, for every event class a replay reads.
-    """
+    """Every event class a replay reads is the catalog's, under the catalog's topic."""
     from events import catalog
     from shep import replay
 
