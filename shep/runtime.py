@@ -214,7 +214,7 @@ class Runtime:
             except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
                 continue  # another process got there first, the run ended, or was resumed
             except StoreTooNewError:
-                return 0  # a newer shep's store: read as it is; this shep writes none of it
+                return marked  # a newer shep's store: read as it is; this shep writes none of it
         catch_up(conn)
         return marked
 
