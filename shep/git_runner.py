@@ -421,8 +421,16 @@ def _is_git(pid: int) -> bool:
 
 
 def _works_in(pid: int, places: list[str]) -> bool:
+    """Whether process ``pid`` works in one of ``places``: its directory, or the git
+    directory its environment names, is there (unreadable: counted as there).
+    """
     try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
+        where = [os.readlink(f"/proc/{pid}/cwd")]
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                name, _, value = item.partition(b"=")
+                if name in (b"GIT_DIR", b"GIT_COMMON_DIR", b"GIT_WORK_TREE") and value:
+                    where.append(os.path.realpath(os.fsdecode(value)))
     except OSError:
-        return True  # cannot tell: count it as working there
-    return any(cwd == place or cwd.startswith(place + os.sep) for place in places)
+        return True
+    return any(w == place or w.startswith(place + os.sep) for w in where for place in places)

@@ -525,3 +525,33 @@ def test_parallel_groups_take_a_plain_list_of_tasks() -> None:
     listed = [task("t1", "p2", "a.py"), task("t2", "p2", "b.py")]
     assert ids(parallel_groups(PHASES, listed)) == ids(parallel_groups(PHASES, Tasks(tasks=listed)))
     assert ids(parallel_groups(PHASES, listed)) == [["t1", "t2"]]
+
+
+@pytest.mark.parametrize("linked", ["specs/001-x/spec.yaml", "specs/001-x", "specs"])
+def test_a_spec_file_reached_through_a_symbolic_link_is_not_read(
+    tmp_path: Path, linked: str
+) -> None:
+    """A spec file that is a symbolic link, or lies under one (the spec directory or
+    ``specs`` itself), is one error naming the link; the file it points at is not read,
+    even when it would validate.
+    """
+    worktree = tmp_path / "worktree"
+    outside = tmp_path / "outside"
+    real = outside / "specs" / "001-x"
+    real.mkdir(parents=True)
+    write(real, SPEC, "spec.yaml")
+    if linked.endswith("spec.yaml"):
+        (worktree / "specs" / "001-x").mkdir(parents=True)
+        (worktree / "specs" / "001-x" / "spec.yaml").symlink_to(real / "spec.yaml")
+    elif linked == "specs/001-x":
+        (worktree / "specs").mkdir(parents=True)
+        (worktree / "specs" / "001-x").symlink_to(real)
+    else:
+        worktree.mkdir()
+        (worktree / "specs").symlink_to(outside / "specs")
+    path = worktree / "specs" / "001-x" / "spec.yaml"
+    spec, errors = validate_spec(path, number=1, inside=worktree)
+    assert spec is None
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.yaml: not read: ")
+    assert f"goes through {linked}, a symbolic link" in errors[0]
