@@ -24,8 +24,16 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from events.errors import GitError, UnsafePathError
-from shep.git_runner import Checkout, StrPath, checkout, reason, run_git, run_git_as_author
+from events.errors import GitError, UnsafePathError, WorktreeLinkChangedError
+from shep.git_runner import (
+    Checkout,
+    StrPath,
+    check_link,
+    checkout,
+    reason,
+    run_git,
+    run_git_as_author,
+)
 
 #: Where a git operation works: a path (the user's own checkout) or a ``Checkout``.
 Where = StrPath | Checkout
@@ -375,15 +383,17 @@ def remove_worktree(repo: Where, worktree: Where, *, force: bool) -> None:
     A missing directory is fine (its entry is pruned). Without ``force`` it is refused
     when the worktree has uncommitted or untracked files (checked through the git
     directory ``repo`` records for it, never the worktree's own ``.git`` file); ``force``
-    removes it anyway, even when locked. GitError when it exists but is not a worktree
-    of ``repo``.
+    removes it anyway, even when locked or when its ``.git`` file was rewritten. GitError
+    when it exists but is not a worktree of ``repo``.
     """
     target = checkout(worktree).path
     registered = any(same_path(tree.path, target) for tree in worktrees(repo))
     if registered and target.exists():
+        tree = worktree if isinstance(worktree, Checkout) else None
+        git_dir = tree.git_dir if tree and tree.git_dir else worktree_git_dir(repo, target)
+        if force and git_dir is not None:
+            _relink(target, git_dir)
         if not force:
-            tree = worktree if isinstance(worktree, Checkout) else None
-            git_dir = tree.git_dir if tree else worktree_git_dir(repo, target)
             dirty = dirty_files(Checkout(target, git_dir)) if git_dir else []
             if dirty:
                 raise GitError(
@@ -405,6 +415,25 @@ def remove_worktree(repo: Where, worktree: Where, *, force: bool) -> None:
     elif target.exists():
         raise GitError(f"{target} is not a worktree of {repo}; remove it by hand if unwanted.")
     run_git(repo, "worktree", "prune", doing="prune stale worktrees")
+
+
+def _relink(worktree: Path, git_dir: Path) -> None:
+    """Put back the ``.git`` file git wrote in ``worktree`` if something replaced it (git
+    refuses to remove a worktree whose ``.git`` does not name its git directory); what
+    was there goes with the worktree anyway.
+    """
+    try:
+        check_link(worktree, git_dir)
+        return
+    except WorktreeLinkChangedError:
+        pass
+    link = worktree / ".git"
+    if os.path.isdir(link) and not os.path.islink(link):
+        shutil.rmtree(link)
+    else:
+        with suppress(FileNotFoundError):
+            link.unlink()
+    link.write_text(f"gitdir: {git_dir}\n")
 
 
 def delete_branch(repo: Where, branch: str, *, force: bool) -> bool:

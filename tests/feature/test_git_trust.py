@@ -162,9 +162,37 @@ def test_a_rewritten_git_file_stops_every_git_command_and_runs_nothing(
     assert git(evil, "for-each-ref").strip() == ""
     assert git(repo, "for-each-ref", "refs/shep").strip() == ""
 
-    if tamper in ("gitdir of its own", "symlink", "directory"):
-        git(tree.path, "status")  # git by default follows `.git`: the agent's command runs
-        assert ran.exists()
+    remove_worktree(repo, tree.path, force=True)  # `shep feat rm --force` still removes it
+    assert not tree.path.exists()
+    assert not ran.exists()
+    assert evil.is_dir()
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+@pytest.mark.parametrize("tamper", ["gitdir of its own", "symlink", "directory"])
+def test_git_itself_follows_a_rewritten_git_file(repo: Path, tmp_path: Path, tamper: str) -> None:
+    """What the test above guards against: git, asked about the worktree by its path as
+    it is by default, runs the agent's fsmonitor command.
+    """
+    tree = feature_worktree(repo, tmp_path)
+    ran = tmp_path / "fsmonitor-ran"
+    monitor = tmp_path / "fsmonitor"
+    monitor.write_text(f'#!/bin/sh\necho ran >> "{ran}"\n')
+    monitor.chmod(0o755)
+    evil = tmp_path / "evil"
+    git(tmp_path, "init", "-q", str(evil))
+    git(evil, "config", "core.fsmonitor", str(monitor))
+    link = tree.path / ".git"
+    link.unlink()
+    if tamper == "gitdir of its own":
+        link.write_text(f"gitdir: {evil / '.git'}\n")
+    elif tamper == "symlink":
+        link.symlink_to(evil / ".git")
+    else:
+        git(tree.path, "init", "-q")
+        git(tree.path, "config", "core.fsmonitor", str(monitor))
+    git(tree.path, "status")
+    assert ran.exists()
 
 
 def test_filter_drivers_run_only_when_the_user_allows_them(repo: Path, tmp_path: Path) -> None:
