@@ -178,7 +178,7 @@ def run_git(
     if lock is not None:
         holder = _holder(Path(lock["path"]), tree)
         who = (
-            f"is held by a running git (pid {holder})"
+            f"is held by a running process (pid {holder})"
             if holder
             else "exists (a git is running there, or one was killed: if none runs, delete it)"
         )

@@ -309,7 +309,7 @@ def test_a_lock_held_by_a_running_git_is_said_and_left_alone(repo: Path, tmp_pat
     git_pid, hook_pid = _git_stopped_holding_its_locks(tree, tmp_path)
     try:
         (tree.path / "f.txt").write_text("meanwhile\n")
-        with pytest.raises(GitError, match=r"\.lock is held by a running git \(pid \d+\)") as e:
+        with pytest.raises(GitError, match=r"\.lock is held by a running process \(pid \d+\)") as e:
             commit_all(tree, "meanwhile")
         assert "\n" not in str(e.value)
         assert tree.git_dir is not None
