@@ -332,3 +332,15 @@ class SupervisorOffError(ShepError):
     """The supervisor was asked to act while the ``collaboration`` flag is off."""
 
     exit_code = 2
+
+
+class WorktreeLinkChangedError(GitError, StepFailedError):
+    """A feature worktree's ``.git`` file no longer names the git directory shep made for
+    it: something in the worktree rewrote it, so shep runs no git there and the run fails.
+    """
+
+
+class UnsafePathError(ShepError):
+    """A path an agent or a repository named leads out of its worktree (``..``, an
+    absolute path, or a symbolic link on the way): shep does not touch it.
+    """

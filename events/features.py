@@ -18,7 +18,12 @@ FEATURE_WORKFLOW_NAMES = frozenset({FEATURE, FEATURE_FAST})
 
 
 class WorktreeCreated(Event, frozen=True, kw_only=True):
-    """The run's branch and worktree exist: made from ``base`` at ``base_sha``."""
+    """The run's branch and worktree exist: made from ``base`` at ``base_sha``.
+
+    ``git_dir``: the git directory git made for the worktree, through which shep's own git
+    reaches it (never through the worktree's ``.git`` file, which the agent can rewrite);
+    empty in runs recorded before it was.
+    """
 
     repo: str
     path: str
@@ -26,6 +31,7 @@ class WorktreeCreated(Event, frozen=True, kw_only=True):
     base: str
     base_sha: str
     spec_dir: str
+    git_dir: str = ""
 
 
 class WorktreeSetupRan(Event, frozen=True, kw_only=True):
@@ -75,6 +81,21 @@ class MergeConflicted(Event, frozen=True, kw_only=True):
     files: tuple[str, ...]
 
 
+class MergePrepared(Event, frozen=True, kw_only=True):
+    """The squash commit of the branch is made (``commit``, with ``tree``, on top of
+    ``onto``, the tip of ``into``) and ``into`` is about to be moved to it.
+
+    Recorded before the base moves: after a crash, the merge is found by this commit
+    being on the base, and by nothing else (a later commit quoting the run's trailer is
+    not this run's merge).
+    """
+
+    into: str
+    commit: str
+    tree: str
+    onto: str
+
+
 class FeatureMerged(Event, frozen=True, kw_only=True):
     """The branch was squash-merged into ``into`` as ``commit`` (in the user's repository)."""
 
@@ -102,7 +123,11 @@ class PullRequestOpened(Event, frozen=True, kw_only=True):
 
 
 class WorktreeRemoved(Event, frozen=True, kw_only=True):
-    """The worktree (and the branch, when shep made it and it is merged or forced) is gone."""
+    """The worktree (and the branch, when shep made it and it is merged or forced) is gone.
+
+    ``branch_deleted``: the branch is gone, as git said after deleting it (or found it
+    gone already), not as the command's exit status said.
+    """
 
     path: str
     branch: str

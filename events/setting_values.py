@@ -282,6 +282,13 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
             placeholder="'COMMAND ARG...'",
         ),
         "test_timeout": SecondsSetting(1800.0, 1.0, WEEK, "seconds test_command may run"),
+        # What of the repository's git config shep's own git may run (see shep.git_runner).
+        "merge_hooks": FlagSetting(
+            False, "run the repository's git hooks when shep merges into your branch"
+        ),
+        "git_filters": FlagSetting(
+            False, "let shep's git run the filter and merge drivers of git's config (git-lfs)"
+        ),
     }
 )
 
@@ -297,6 +304,8 @@ WORKFLOW_SETTINGS: tuple[str, ...] = (
     "worktree_setup_timeout",
     "test_command",
     "test_timeout",
+    "merge_hooks",
+    "git_filters",
 )
 
 #: The feature flags: what `shep settings flags` lists and toggles.

@@ -10,6 +10,7 @@ from events.features import (
     BranchPushed,
     FeatureMerged,
     MergeConflicted,
+    MergePrepared,
     PullRequestOpened,
     TaskCompleted,
     TaskStarted,
@@ -182,6 +183,11 @@ _FEATURE_LINES: dict[type[Event], Callable[[Any], tuple[str, str | None, str]]] 
         "feature.conflict",
         "merge",
         f"merging into {e.into} conflicts in: {', '.join(e.files)}",
+    ),
+    MergePrepared: lambda e: (
+        "feature.merging",
+        "merge",
+        f"squash commit {e.commit[:10]} made on {e.onto[:10]}; moving {e.into} to it",
     ),
     FeatureMerged: lambda e: (
         "feature.merged",

@@ -5,11 +5,19 @@ one line saying what to do. The worktree is made here (so a clash or a
 permission problem is said at once), then the run is created with the
 worktree as its repository; if creating the run fails, the worktree and the
 branch go again. The ``setup`` node records them in the log (``WorktreeCreated``).
+
+A process killed between making the worktree and creating its run (``feat new``,
+``fork``) leaves a branch and a worktree no run knows. So a small note is written
+before they are made and deleted once the run exists (``settle_worktree``): a note
+whose writer is gone names a leftover, which ``shep feat gc`` reports and removes
+(``shep.feature_removal.leftovers``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +32,9 @@ from shep.workflows.analyze_repository import ANALYSIS_FILE
 #: start or to merge (unless the feature's branch writes that same path).
 SHEP_OUTPUTS: tuple[str, ...] = (ANALYSIS_FILE,)
 
+#: How the note of a worktree being made is named, next to the worktree's directory.
+MAKING_SUFFIX = ".shep-making"
+
 
 @dataclass(frozen=True)
 class FeaturePlan:
@@ -35,6 +46,8 @@ class FeaturePlan:
     branch: str
     worktree: Path
     spec_dir: str
+    #: The git directory git made for the worktree (once made): see ``shep.worktree``.
+    git_dir: str = ""
 
 
 def worktrees_root(home: Path) -> Path:
@@ -74,6 +87,12 @@ def plan_feature(
                 "feature starts from and merges into."
             )
         base = current
+        if not git.branch_exists(source, base):  # checked out, but no commit made it yet
+            raise FeatureError(
+                f"{source} has no commit yet on {base}: a feature starts from its base "
+                "branch's newest commit. Commit something first (`git commit`), then run "
+                "`shep feat new` again."
+            )
     elif not git.branch_exists(source, base):
         raise FeatureInputError(f"{source} has no branch {base!r} (--base takes a local branch).")
     if base == current and check_dirty:
@@ -93,20 +112,56 @@ def plan_feature(
     return FeaturePlan(source, base, base_sha, branch, worktree, "")
 
 
-def make_worktree(plan: FeaturePlan, *, spec_dir: str | None = None) -> FeaturePlan:
+def making_note(worktree: Path) -> Path:
+    """The note that ``worktree`` is being made and no run has it yet."""
+    return worktree.with_name(f".{worktree.name}{MAKING_SUFFIX}")
+
+
+def make_worktree(
+    plan: FeaturePlan, *, spec_dir: str | None = None, drivers: bool = False
+) -> FeaturePlan:
     """Make the branch and worktree of ``plan``; return it with its spec directory
-    (``spec_dir`` when given: a fork keeps its origin's).
+    (``spec_dir`` when given: a fork keeps its origin's) and its git directory.
+
+    A note that they are being made is written first; ``settle_worktree`` deletes it
+    once the run is created, ``discard_worktree`` with them. ``drivers``: the
+    ``git_filters`` setting.
     """
     from shep import git
+    from shep.identity import process_start
     from shep.workflows.feature_specs import next_spec_number, spec_dir_name
 
     plan.worktree.parent.mkdir(parents=True, exist_ok=True)
-    git.add_worktree(plan.source_repo, plan.worktree, plan.branch, plan.base_sha)
+    me = os.getpid()
+    note = {
+        "repo": str(plan.source_repo),
+        "branch": plan.branch,
+        "worktree": str(plan.worktree),
+        "base_sha": plan.base_sha,
+        "pid": me,
+        "process_start": process_start(me),
+    }
+    making_note(plan.worktree).write_text(json.dumps(note))
+    git_dir = git.add_worktree(
+        plan.source_repo, plan.worktree, plan.branch, plan.base_sha, drivers=drivers
+    )
     slug = plan.worktree.name
     spec_dir = spec_dir or f"specs/{spec_dir_name(next_spec_number(plan.worktree), slug)}"
     return FeaturePlan(
-        plan.source_repo, plan.base, plan.base_sha, plan.branch, plan.worktree, spec_dir
+        plan.source_repo,
+        plan.base,
+        plan.base_sha,
+        plan.branch,
+        plan.worktree,
+        spec_dir,
+        str(git_dir),
     )
+
+
+def settle_worktree(plan: FeaturePlan) -> None:
+    """The run of ``plan``'s worktree exists: it is no leftover any more."""
+    with contextlib.suppress(FileNotFoundError):
+        making_note(plan.worktree).unlink()
 
 
 def discard_worktree(plan: FeaturePlan) -> None:
@@ -117,7 +172,8 @@ def discard_worktree(plan: FeaturePlan) -> None:
         git.remove_worktree(plan.source_repo, plan.worktree, force=True)
         git.delete_branch(plan.source_repo, plan.branch, force=True)
     except GitError:
-        pass
+        return  # the note stays: `shep feat gc` reports what is left
+    settle_worktree(plan)
 
 
 def create_feature_run(
@@ -152,6 +208,7 @@ def create_feature_run(
         "base_sha": plan.base_sha,
         "branch": plan.branch,
         "spec_dir": plan.spec_dir,
+        "git_dir": plan.git_dir,
         "allow_prd": flag(allow.get("prd", False)),
         "allow_plan": flag(allow.get("plan", False)),
         "allow_merge": flag(allow.get("merge", False)),

@@ -4,12 +4,18 @@ The decision reads the run's stream, never the features projection. Anything
 ``rm`` will not do without ``--force`` is refused with one line
 (``FeatureError``) before anything changes; then git removes the worktree (and
 the branch shep made, once merged) and ``WorktreeRemoved`` records it.
+
+``gc`` also removes leftovers: a branch and worktree made for a run that was never
+created (``leftovers``, from the notes ``shep.feature.make_worktree`` writes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -34,6 +40,8 @@ class Feature:
     created_branch: str | None
     removed: bool
     merged: bool
+    #: The git directory shep made for the worktree ("" in runs that did not record it).
+    git_dir: str = ""
 
     @property
     def short(self) -> str:
@@ -48,7 +56,7 @@ def load_feature(store: EventStore, run_id: UUID) -> Feature:
 
     state = load_run(store, run_id)
     inputs: dict[str, str] = {}
-    worktree = source = ""
+    worktree = source = git_dir = ""
     created_branch: str | None = None
     created = removed = merged = False
     for event in store.load(
@@ -56,9 +64,10 @@ def load_feature(store: EventStore, run_id: UUID) -> Feature:
     ):
         if isinstance(event, RunCreated):
             inputs, worktree = dict(event.inputs), event.repo
-            source = inputs.get("source_repo", "")
+            source, git_dir = inputs.get("source_repo", ""), inputs.get("git_dir", "")
         elif isinstance(event, WorktreeCreated):
             worktree, source, created_branch = event.path, event.repo, event.branch
+            git_dir = event.git_dir or git_dir
             created, removed = True, False
         elif isinstance(event, WorktreeRemoved):
             removed = True
@@ -74,6 +83,7 @@ def load_feature(store: EventStore, run_id: UUID) -> Feature:
         created_branch=created_branch,
         removed=removed,
         merged=merged,
+        git_dir=git_dir,
     )
 
 
@@ -136,7 +146,10 @@ def plan_removal(feature: Feature, *, force: bool) -> Removal:
             keep,
         )
     if exists and not force:
-        dirty = git.dirty_files(path)
+        from shep.worktree import feature_checkout
+
+        where = {"source_repo": feature.source_repo, "git_dir": feature.git_dir}
+        dirty = git.dirty_files(feature_checkout(where, path))
         if dirty:
             shown = git.describe_files(dirty)
             raise RemovalRefusedError(
@@ -169,12 +182,13 @@ def carry_out(store: EventStore, removal: Removal, *, force: bool, reason: str) 
     ]
     deleted = False
     if removal.delete_branch:
+        existed = git.branch_exists(feature.source_repo, branch)
         try:
             deleted = git.delete_branch(feature.source_repo, branch, force=True)
         except GitError as e:
             done.append(f"Kept branch {branch}: {e}")
         else:
-            done.append(f"Deleted branch {branch}." if deleted else f"Branch {branch} was gone.")
+            done.append(f"Deleted branch {branch}." if existed else f"Branch {branch} was gone.")
     elif removal.owned:
         done.append(
             f"Kept branch {branch}: it is not merged (`git branch -D {branch}` deletes it)."
@@ -227,3 +241,79 @@ def disk_usage(path: str | os.PathLike[str]) -> int:
 def _allocated(st: os.stat_result) -> int:
     blocks = getattr(st, "st_blocks", None)
     return blocks * 512 if blocks is not None else st.st_size
+
+
+# -- leftovers: a branch and worktree whose run was never created ----------------------------
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A branch and worktree ``shep feat new`` or ``shep fork`` made for a run it never
+    created (it was killed in between), as its note says (``shep.feature.making_note``).
+    """
+
+    note: Path
+    repo: str
+    branch: str
+    worktree: str
+    base_sha: str
+
+
+def leftovers(home: Path, known_worktrees: set[str]) -> list[Leftover]:
+    """The notes of worktrees being made whose maker is gone: leftovers. A note whose
+    worktree a run has (its maker died just after creating the run) is deleted; the
+    note of a maker still running is left alone. ``known_worktrees``: the real paths of
+    every feature's worktree.
+    """
+    from shep.feature import MAKING_SUFFIX, worktrees_root
+    from shep.recovery import worker_alive
+
+    found: list[Leftover] = []
+    for note in sorted(worktrees_root(home).glob(f"*/.*{MAKING_SUFFIX}")):
+        try:
+            data = json.loads(note.read_text())
+            pid, started = int(data["pid"]), data.get("process_start")
+            leftover = Leftover(
+                note,
+                str(data["repo"]),
+                str(data["branch"]),
+                str(data["worktree"]),
+                str(data["base_sha"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written this very moment, or not ours to read
+        if worker_alive(pid, started):
+            continue
+        if os.path.realpath(leftover.worktree) in known_worktrees:
+            with contextlib.suppress(FileNotFoundError):
+                note.unlink()
+            continue
+        found.append(leftover)
+    return found
+
+
+def remove_leftover(leftover: Leftover) -> list[str]:
+    """Remove a leftover's worktree and branch, then its note; what was done, one line
+    each. Nothing in them is anybody's work (no run ever ran there: the files are a
+    checkout of a commit, or a snapshot still in ``refs/shep/runs``), so the worktree
+    goes whatever it holds; the branch goes only while it is at the commit it was made
+    at (GitError when git refuses).
+    """
+    from shep import git
+
+    repo, branch, path = leftover.repo, leftover.branch, leftover.worktree
+    done: list[str] = []
+    if os.path.lexists(path):
+        git.remove_worktree(repo, path, force=True)
+        done.append(f"Removed worktree {path}.")
+    else:
+        git.remove_worktree(repo, path, force=True)  # only prunes its entry, if any
+    if git.branch_exists(repo, branch):
+        if git.resolve_commit(repo, f"refs/heads/{branch}") == leftover.base_sha:
+            git.delete_branch(repo, branch, force=True)
+            done.append(f"Deleted branch {branch}.")
+        else:
+            done.append(f"Kept branch {branch}: it has commits since it was made.")
+    with contextlib.suppress(FileNotFoundError):
+        leftover.note.unlink()
+    return done

@@ -1,63 +1,42 @@
-"""The git operations of the feature workflow: worktrees, snapshots, merges, pushes, PRs.
+"""The git operations of the feature workflow: queries, branches and worktrees, snapshots.
 
-Everything runs the ``git`` (and ``gh``) command line, never a library: ``git -C <path>``
-with ``LC_ALL=C`` (the messages we read and quote are git's English ones),
-``GIT_TERMINAL_PROMPT=0`` (a background worker must never wait on a password prompt),
-``GIT_OPTIONAL_LOCKS=0`` (our ``git status`` must not rewrite the user's index behind
-their back), no shell, captured output and a timeout. Variables that point git at
-another repository (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are dropped, as git itself does
-when it enters a submodule, so a shep started from a git hook still works on the path
-it was given.
+Everything runs the ``git`` command line through ``shep.git_runner.run_git``, never a
+library: with nothing the repository or the agent wrote run on the way (no hook, no
+fsmonitor, no filter or merge driver unless the user opted in), and a feature worktree
+addressed through the git directory shep made for it (a ``Checkout``), not through the
+``.git`` file in the worktree. The merge into the user's branch, pushes and pull
+requests are in ``shep.git_merge``.
 
 Every failure is a :class:`GitError` whose one line says what failed, git's own reason
 and what to do. Nothing here moves a user's HEAD, index or checked-out branch unless
-that is the function's purpose: ``commit_all`` commits on shep's own worktree branch and
-``squash_merge`` advances the base branch.
+that is the function's purpose: ``commit_all`` commits on shep's own worktree branch.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from events.errors import GitError, NotARepositoryError
-
-StrPath = str | os.PathLike[str]
-
-#: Seconds a local git command may take (a snapshot of a huge repository included).
-GIT_TIMEOUT = 300.0
-#: Seconds a command that talks to a server (push, ``gh``) may take.
-NETWORK_TIMEOUT = 600.0
-
-#: The identity of the commits shep makes when the user has configured none.
-SHEP_NAME = "shep"
-SHEP_EMAIL = "shep@localhost"
-
-# What `git rev-parse --local-env-vars` lists: each would make `git -C path` work on some
-# other repository, index or object store than the one at `path`.
-_REPO_LOCAL_VARS = (
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_DIR",
-    "GIT_GRAFT_FILE",
-    "GIT_IMPLICIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_NO_REPLACE_OBJECTS",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_PREFIX",
-    "GIT_REPLACE_REF_BASE",
-    "GIT_SHALLOW_FILE",
-    "GIT_WORK_TREE",
+from events.errors import GitError, NotARepositoryError, UnsafePathError, WorktreeLinkChangedError
+from shep.git_runner import (
+    Checkout,
+    StrPath,
+    check_link,
+    checkout,
+    reason,
+    run_git,
+    run_git_as_author,
 )
+
+#: Where a git operation works: a path (the user's own checkout) or a ``Checkout``.
+Where = StrPath | Checkout
 
 
 @dataclass(frozen=True)
@@ -79,133 +58,8 @@ class DiffStat:
     commits: int
 
 
-@dataclass(frozen=True)
-class MergeResult:
-    """The outcome of :func:`squash_merge`.
-
-    Exactly one of: ``commit`` set (merged); ``conflicts`` non-empty (nothing changed);
-    ``nothing`` true (the branch changes nothing on its base, so no commit was made).
-    """
-
-    commit: str | None
-    conflicts: list[str] = field(default_factory=list)
-    nothing: bool = False
-
-
-@dataclass(frozen=True)
-class PullRequest:
-    """A pull request as ``gh pr view`` confirmed it."""
-
-    url: str
-    number: int
-
-
-# --- running git ---------------------------------------------------------------------
-
-
-def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCAL_VARS}
-    env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0")
-    if extra:
-        env.update(extra)
-    return env
-
-
-def _reason(stderr: str) -> str:
-    """Git's own one-line reason: its first ``fatal:``/``error:`` line, else its first line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in lines:
-        for prefix in ("fatal: ", "error: "):
-            if line.startswith(prefix):
-                return line.removeprefix(prefix)[:300].rstrip(".")
-    return lines[0][:300].rstrip(".") if lines else ""
-
-
-def _subcommand(args: tuple[str, ...]) -> str:
-    """The git command in ``args``, after any ``-c name=value`` options."""
-    i = 0
-    while i < len(args) - 1 and args[i] == "-c":
-        i += 2
-    return args[i] if i < len(args) else ""
-
-
-def _git(
-    where: StrPath,
-    *args: str,
-    doing: str,
-    fix: str = "",
-    env: Mapping[str, str] | None = None,
-    ok: Collection[int] = (0,),
-    timeout: float = GIT_TIMEOUT,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C where args``; raise GitError unless its exit code is in ``ok``.
-
-    ``doing`` completes "Cannot ..." in the error; ``fix`` says what the user can do.
-    """
-    command = _subcommand(args)
-    try:
-        done = subprocess.run(
-            ["git", "-C", os.fspath(where), *args],
-            env=_env(env),
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="surrogateescape",  # paths are bytes; keep them round-trippable
-            stdin=subprocess.DEVNULL,
-            timeout=timeout,
-            check=False,
-        )
-    except FileNotFoundError as e:
-        raise GitError("git is not installed or not on PATH; install git 2.38 or newer.") from e
-    except subprocess.TimeoutExpired as e:
-        raise GitError(
-            f"Cannot {doing}: git {command} did not finish within {timeout:g}s in {where}."
-        ) from e
-    if done.returncode not in ok:
-        reason = _reason(done.stderr) or f"git {command} exited with {done.returncode}"
-        raise GitError(f"Cannot {doing}: {reason}." + (f" {fix}" if fix else ""))
-    return done
-
-
-def _identity_env(repo: StrPath) -> dict[str, str]:
-    """Author and committer variables naming shep where the user configured no identity."""
-    done = _git(
-        repo,
-        "config",
-        "--get-regexp",
-        r"^user\.(name|email)$",
-        doing="read the user's git identity",
-        ok=(0, 1),
-    )
-    configured = {line.split(" ", 1)[0] for line in done.stdout.splitlines()}
-    env: dict[str, str] = {}
-    for key, value in (("name", SHEP_NAME), ("email", SHEP_EMAIL)):
-        if f"user.{key}" in configured:
-            continue
-        for who in ("AUTHOR", "COMMITTER"):
-            var = f"GIT_{who}_{key.upper()}"
-            if not os.environ.get(var):
-                env[var] = value
-    return env
-
-
-def _git_as_user_or_shep(
-    where: StrPath, *args: str, doing: str, fix: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """Run a committing git command as the user when they configured an identity (in git's
-    config or GIT_AUTHOR_*/GIT_COMMITTER_*), else as shep, filling only what is missing.
-
-    So a commit never fails on "Please tell me who you are" and never carries a guessed
-    ``user@hostname``. ``user.useConfigOnly`` makes the first try fail fast instead of
-    guessing; only then is the config read (a snapshot saves a process this way).
-    """
-    try:
-        return _git(where, "-c", "user.useConfigOnly=true", *args, doing=doing, fix=fix)
-    except GitError:
-        return _git(where, *args, env=_identity_env(where), doing=doing, fix=fix)
-
-
-def _same_path(a: StrPath, b: StrPath) -> bool:
+def same_path(a: StrPath, b: StrPath) -> bool:
+    """Whether ``a`` and ``b`` are the same place once links are resolved."""
     return os.path.realpath(a) == os.path.realpath(b)
 
 
@@ -226,7 +80,7 @@ def repo_root(path: StrPath, *, outside_git: bool = False) -> Path:
         raise NotARepositoryError(f"{where} is not a directory; give the path of a git repository.")
     if outside_git and shutil.which("git") is None:
         return where.resolve()
-    done = _git(
+    done = run_git(
         where,
         "rev-parse",
         "--is-bare-repository",
@@ -250,20 +104,20 @@ def repo_root(path: StrPath, *, outside_git: bool = False) -> Path:
         raise NotARepositoryError(
             f"{where} is not a git repository; run `git init` there or pick a clone."
         )
-    raise GitError(f"Cannot use {where} as a git repository: {_reason(done.stderr)}.")
+    raise GitError(f"Cannot use {where} as a git repository: {reason(done.stderr)}.")
 
 
-def current_branch(repo: StrPath) -> str | None:
+def current_branch(repo: Where) -> str | None:
     """The short name of the branch checked out at ``repo`` (None when HEAD is detached)."""
-    done = _git(
+    done = run_git(
         repo, "symbolic-ref", "-q", "--short", "HEAD", doing="read the current branch", ok=(0, 1)
     )
     return done.stdout.strip() or None
 
 
-def resolve_commit(repo: StrPath, ref: str) -> str:
+def resolve_commit(repo: Where, ref: str) -> str:
     """The full sha of the commit ``ref`` names; GitError when it names none."""
-    done = _git(
+    done = run_git(
         repo,
         "rev-parse",
         "--verify",
@@ -275,19 +129,22 @@ def resolve_commit(repo: StrPath, ref: str) -> str:
     )
     sha = done.stdout.strip()
     if done.returncode != 0 or not sha:
-        raise GitError(f"{ref!r} is not a commit in {repo}; check the branch or sha.")
+        where = checkout(repo).path
+        raise GitError(f"{ref!r} is not a commit in {where}; check the branch or sha.")
     return sha
 
 
-def commit_exists(repo: StrPath, sha: str) -> bool:
+def commit_exists(repo: Where, sha: str) -> bool:
     """Whether ``sha`` is a commit present in ``repo``'s object store."""
-    done = _git(repo, "cat-file", "-e", f"{sha}^{{commit}}", doing=f"look up {sha}", ok=(0, 1, 128))
+    done = run_git(
+        repo, "cat-file", "-e", f"{sha}^{{commit}}", doing=f"look up {sha}", ok=(0, 1, 128)
+    )
     return done.returncode == 0
 
 
-def branch_exists(repo: StrPath, name: str) -> bool:
+def branch_exists(repo: Where, name: str) -> bool:
     """Whether the local branch ``name`` exists."""
-    done = _git(
+    done = run_git(
         repo,
         "show-ref",
         "--verify",
@@ -299,17 +156,21 @@ def branch_exists(repo: StrPath, name: str) -> bool:
     return done.returncode == 0
 
 
-def dirty_files(repo: StrPath, *, untracked_ok: Collection[str] = ()) -> list[str]:
+def dirty_files(repo: Where, *, untracked_ok: Collection[str] = ()) -> list[str]:
     """Paths with uncommitted changes at ``repo``: staged, unstaged, and untracked files
     that are not ignored (each file, not just its directory), except the untracked paths
     (from the root) in ``untracked_ok``. Empty when clean.
+
+    A submodule counts as changed when its commit differs, not for the files in its own
+    work tree: looking there would run git inside it, with that repository's config.
     """
-    done = _git(
+    done = run_git(
         repo,
         "status",
         "--porcelain=v1",
         "-z",
         "--untracked-files=all",
+        "--ignore-submodules=dirty",
         doing="list uncommitted changes",
     )
     files: list[str] = []
@@ -324,17 +185,17 @@ def dirty_files(repo: StrPath, *, untracked_ok: Collection[str] = ()) -> list[st
     return files
 
 
-def has_remote(repo: StrPath) -> str | None:
+def has_remote(repo: Where) -> str | None:
     """The remote to push to: ``origin`` when it exists, else the first one; None if none."""
-    remotes = _git(repo, "remote", doing="list remotes").stdout.split()
+    remotes = run_git(repo, "remote", doing="list remotes").stdout.split()
     if "origin" in remotes:
         return "origin"
     return remotes[0] if remotes else None
 
 
-def worktrees(repo: StrPath) -> list[Worktree]:
+def worktrees(repo: Where) -> list[Worktree]:
     """The repository's working trees, the main one first (a bare main entry is skipped)."""
-    done = _git(repo, "worktree", "list", "--porcelain", "-z", doing="list worktrees")
+    done = run_git(repo, "worktree", "list", "--porcelain", "-z", doing="list worktrees")
     found: list[Worktree] = []
     record: dict[str, str] = {}
     for item in [*done.stdout.split("\0"), ""]:
@@ -355,12 +216,12 @@ def worktrees(repo: StrPath) -> list[Worktree]:
     return found
 
 
-def diff_stat(repo: StrPath, base: str, head: str) -> DiffStat:
+def diff_stat(repo: Where, base: str, head: str) -> DiffStat:
     """What ``head`` changed since it left ``base`` (from their merge base, like
     ``git diff base...head``): files, lines added and removed (a binary file counts as a
     file with no lines; a rename as one file), and the commits in ``base..head``.
     """
-    done = _git(
+    done = run_git(
         repo,
         "diff",
         "--numstat",
@@ -384,21 +245,22 @@ def diff_stat(repo: StrPath, base: str, head: str) -> DiffStat:
         files += 1
         added += int(plus) if plus != "-" else 0
         removed += int(minus) if minus != "-" else 0
-    count = _git(
+    count = run_git(
         repo, "rev-list", "--count", f"{base}..{head}", "--", doing=f"count {base}..{head}"
     )
     return DiffStat(files=files, added=added, removed=removed, commits=int(count.stdout))
 
 
-def changed_paths(repo: StrPath, base: str, head: str) -> list[str]:
+def changed_paths(repo: Where, base: str, head: str) -> list[str]:
     """The paths ``head`` changed since it left ``base`` (a rename: both of its paths)."""
-    done = _git(
+    done = run_git(
         repo,
         "diff",
         "--name-only",
         "-z",
         "--no-renames",
         "--no-ext-diff",
+        "--no-textconv",
         f"{base}...{head}",
         "--",
         doing=f"diff {base}...{head}",
@@ -425,7 +287,7 @@ def slugify(text: str, max_len: int = 40) -> str:
 
 
 def free_branch_name(
-    repo: StrPath, prefix: str, slug: str, *, worktrees_dir: StrPath | None = None
+    repo: Where, prefix: str, slug: str, *, worktrees_dir: StrPath | None = None
 ) -> str:
     """``prefix + slug``, or ``prefix + slug-N`` (N = 2, 3, ...) when that branch exists
     or, given ``worktrees_dir``, when ``worktrees_dir/<slug or slug-N>`` (the worktree
@@ -436,7 +298,7 @@ def free_branch_name(
         branch = prefix + name
         taken_dir = worktrees_dir is not None and os.path.lexists(Path(worktrees_dir) / name)
         if not taken_dir and not branch_exists(repo, branch):
-            _git(
+            run_git(
                 repo,
                 "check-ref-format",
                 "--branch",
@@ -449,20 +311,25 @@ def free_branch_name(
     raise GitError(f"Cannot find a free branch name for {prefix}{slug}; delete old branches.")
 
 
-def add_worktree(repo: StrPath, path: StrPath, branch: str, base_sha: str) -> None:
+def add_worktree(
+    repo: StrPath, path: StrPath, branch: str, base_sha: str, *, drivers: bool = False
+) -> Path:
     """Create branch ``branch`` at ``base_sha`` and check it out in a new worktree at
-    ``path`` (its parent directories created).
+    ``path`` (its parent directories created); the git directory git made for it (to
+    record: shep's git reaches the worktree through it, see ``shep.worktree``).
 
     Idempotent, so a step that crashed half-way can run again: nothing happens when
     ``path`` already is a worktree of ``repo`` on ``branch``; when only the branch
     exists (the worktree was never made or was pruned) it is checked out as it is.
-    GitError when ``path`` exists as anything else.
+    GitError when ``path`` exists as anything else. ``drivers``: the checkout may run
+    the filter drivers of git's config (the ``git_filters`` setting).
     """
     target = Path(path)
+    at = Checkout(Path(repo), drivers=drivers)
     if os.path.lexists(target):
-        for tree in worktrees(repo):
-            if _same_path(tree.path, target) and tree.branch == branch:
-                return
+        for tree in worktrees(at):
+            if same_path(tree.path, target) and tree.branch == branch:
+                return _git_dir_of(at, target)
         raise GitError(
             f"{target} already exists and is not a worktree on {branch}; "
             "move it away or choose another path."
@@ -470,11 +337,11 @@ def add_worktree(repo: StrPath, path: StrPath, branch: str, base_sha: str) -> No
     target.parent.mkdir(parents=True, exist_ok=True)
     # A worktree directory deleted by hand stays registered until pruned, and git
     # refuses to add a new one at its path.
-    _git(repo, "worktree", "prune", doing="prune stale worktrees")
-    create = [] if branch_exists(repo, branch) else ["-b", branch]
+    run_git(at, "worktree", "prune", doing="prune stale worktrees")
+    create = [] if branch_exists(at, branch) else ["-b", branch]
     start = [branch] if not create else [base_sha]
-    _git(
-        repo,
+    run_git(
+        at,
         "worktree",
         "add",
         "--quiet",
@@ -483,58 +350,142 @@ def add_worktree(repo: StrPath, path: StrPath, branch: str, base_sha: str) -> No
         *start,
         doing=f"create worktree {target} on {branch}",
     )
+    return _git_dir_of(at, target)
 
 
-def remove_worktree(repo: StrPath, path: StrPath, *, force: bool) -> None:
-    """Remove the worktree at ``path`` and prune stale worktree entries.
-
-    A missing directory is fine (its entry is pruned). Without ``force`` git refuses
-    when the worktree has uncommitted or untracked files; ``force`` removes it anyway,
-    even when locked. GitError when ``path`` exists but is not a worktree of ``repo``.
+def worktree_git_dir(repo: Where, worktree: StrPath) -> Path | None:
+    """The git directory of ``repo``'s linked worktree at ``worktree``, as ``repo``'s own
+    records say (``<common dir>/worktrees/<name>/gitdir`` naming ``worktree/.git``), never
+    as the worktree's ``.git`` file says; None when ``repo`` has no such worktree.
     """
-    target = Path(path)
-    registered = any(_same_path(tree.path, target) for tree in worktrees(repo))
+    done = run_git(
+        repo,
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-common-dir",
+        doing=f"find the git directory of {checkout(repo).path}",
+    )
+    admin = Path(done.stdout.strip()) / "worktrees"
+    wanted = os.path.realpath(Path(worktree) / ".git")
+    try:
+        entries = sorted(admin.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            named = (entry / "gitdir").read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            continue
+        if os.path.realpath(named.strip()) == wanted:
+            return entry
+    return None
+
+
+def _git_dir_of(repo: Checkout, worktree: Path) -> Path:
+    found = worktree_git_dir(repo, worktree)
+    if found is None:
+        raise GitError(f"git made the worktree {worktree} but {repo.path} does not list it.")
+    return found
+
+
+def remove_worktree(repo: Where, worktree: Where, *, force: bool) -> None:
+    """Remove the worktree at ``worktree`` and prune stale worktree entries.
+
+    A missing directory is fine (its entry is pruned). Without ``force`` it is refused
+    when the worktree has uncommitted or untracked files (checked through the git
+    directory ``repo`` records for it, never the worktree's own ``.git`` file); ``force``
+    removes it anyway, even when locked or when its ``.git`` file was rewritten. GitError
+    when it exists but is not a worktree of ``repo``.
+    """
+    target = checkout(worktree).path
+    registered = any(same_path(tree.path, target) for tree in worktrees(repo))
     if registered and target.exists():
-        _git(
+        tree = worktree if isinstance(worktree, Checkout) else None
+        git_dir = tree.git_dir if tree and tree.git_dir else worktree_git_dir(repo, target)
+        if force and git_dir is not None:
+            _relink(target, git_dir)
+        if not force:
+            dirty = dirty_files(Checkout(target, git_dir)) if git_dir else []
+            if dirty:
+                raise GitError(
+                    f"Cannot remove worktree {target}: it has uncommitted changes "
+                    f"({describe_files(dirty)}). Commit or discard them, or remove it with "
+                    "force."
+                )
+        # One --force: git's own check of the files (a `git status` that would enter
+        # the worktree's nested repositories with their config) is ours, made above.
+        run_git(
             repo,
             "worktree",
             "remove",
-            *(["--force", "--force"] if force else []),
+            *(["--force", "--force"] if force else ["--force"]),
             os.fspath(target),
             doing=f"remove worktree {target}",
-            fix="Commit or discard its changes, or remove it with force.",
+            fix="Unlock it (`git worktree unlock`), or remove it with force.",
         )
     elif target.exists():
         raise GitError(f"{target} is not a worktree of {repo}; remove it by hand if unwanted.")
-    _git(repo, "worktree", "prune", doing="prune stale worktrees")
+    run_git(repo, "worktree", "prune", doing="prune stale worktrees")
 
 
-def delete_branch(repo: StrPath, branch: str, *, force: bool) -> bool:
-    """Delete local branch ``branch``; False when it did not exist.
+def _relink(worktree: Path, git_dir: Path) -> None:
+    """Put back the ``.git`` file git wrote in ``worktree`` if something replaced it (git
+    refuses to remove a worktree whose ``.git`` does not name its git directory); what
+    was there goes with the worktree anyway.
+    """
+    try:
+        check_link(worktree, git_dir)
+        return
+    except WorktreeLinkChangedError:
+        pass
+    link = worktree / ".git"
+    if os.path.isdir(link) and not os.path.islink(link):
+        shutil.rmtree(link)
+    else:
+        with suppress(FileNotFoundError):
+            link.unlink()
+    link.write_text(f"gitdir: {git_dir}\n")
+
+
+def delete_branch(repo: Where, branch: str, *, force: bool) -> bool:
+    """Delete local branch ``branch``; whether it is gone afterwards (deleted now, or
+    already gone), as git's refs say once the command is over, whatever its exit status:
+    a worker killed while git deleted it must not record a branch that is no longer there.
 
     Without ``force`` git refuses unless the branch is merged into HEAD or its upstream
-    (a squash-merged branch is not, by git's reckoning: pass ``force`` after a merge).
+    (a squash-merged branch is not, by git's reckoning: pass ``force`` after a merge):
+    GitError, the branch still there.
     """
     if not branch_exists(repo, branch):
-        return False
-    _git(
-        repo,
-        "branch",
-        "-D" if force else "-d",
-        "--",
-        branch,
-        doing=f"delete branch {branch}",
-        fix="Merge it first or delete it with force.",
-    )
-    return True
+        return True
+    try:
+        run_git(
+            repo,
+            "branch",
+            "-D" if force else "-d",
+            "--",
+            branch,
+            doing=f"delete branch {branch}",
+            fix="Merge it first or delete it with force.",
+        )
+    except GitError:
+        if branch_exists(repo, branch):
+            raise
+    return not branch_exists(repo, branch)
+
+
+def describe_files(files: list[str], limit: int = 5) -> str:
+    """A few of ``files``, then how many more: for one-line messages."""
+    shown = ", ".join(files[:limit])
+    return shown + (f" and {len(files) - limit} more" if len(files) > limit else "")
 
 
 # --- snapshots -----------------------------------------------------------------------
 
 
-def _index_and_head(worktree: StrPath) -> tuple[Path, str | None]:
+def _index_and_head(worktree: Checkout) -> tuple[Path, str | None]:
     """The worktree's index file and its HEAD commit (None on an unborn branch)."""
-    done = _git(
+    done = run_git(
         worktree,
         "rev-parse",
         "--git-path",
@@ -542,11 +493,11 @@ def _index_and_head(worktree: StrPath) -> tuple[Path, str | None]:
         "--verify",
         "-q",
         "HEAD",
-        doing=f"find the index and HEAD of {worktree}",
+        doing=f"find the index and HEAD of {worktree.path}",
         ok=(0, 1),
     )
     index, _, head = done.stdout.partition("\n")
-    return Path(worktree) / index, head.strip() or None
+    return worktree.path / index, head.strip() or None
 
 
 @contextmanager
@@ -565,11 +516,11 @@ def _private_index(index: Path) -> Iterator[dict[str, str]]:
         yield {"GIT_INDEX_FILE": str(private)}
 
 
-def _write_tree(worktree: StrPath, env: Mapping[str, str]) -> str:
+def _write_tree(worktree: Checkout, env: Mapping[str, str]) -> str:
     """Stage every file of the worktree (untracked ones too, ignored ones not) into the
     index ``env`` names, and write it as a tree; its sha.
     """
-    _git(
+    run_git(
         worktree,
         "-c",
         "core.splitIndex=false",  # a private index must not write shared index files
@@ -578,23 +529,24 @@ def _write_tree(worktree: StrPath, env: Mapping[str, str]) -> str:
         "add",
         "-A",
         env=env,
-        doing=f"stage the files of {worktree}",
+        doing=f"stage the files of {worktree.path}",
     )
-    return _git(worktree, "write-tree", env=env, doing="write a tree").stdout.strip()
+    return run_git(worktree, "write-tree", env=env, doing="write a tree").stdout.strip()
 
 
-def snapshot(worktree: StrPath, ref: str, *, message: str) -> str:
+def snapshot(worktree: Where, ref: str, *, message: str) -> str:
     """Commit the worktree's files exactly as they are now (tracked and untracked, not
     ignored; edits made by any means) under ``ref``, with the worktree's HEAD as parent.
 
     HEAD, the index and the branch are left alone: the files are staged into a private
     copy of the index. Returns the commit's sha; an unchanged worktree gives the same tree.
     """
-    index, head = _index_and_head(worktree)
+    at = checkout(worktree)
+    index, head = _index_and_head(at)
     with _private_index(index) as env:
-        tree = _write_tree(worktree, env)
-    commit = _git_as_user_or_shep(
-        worktree,
+        tree = _write_tree(at, env)
+    commit = run_git_as_author(
+        at,
         "commit-tree",
         tree,
         *(["-p", head] if head else []),
@@ -602,8 +554,8 @@ def snapshot(worktree: StrPath, ref: str, *, message: str) -> str:
         message,
         doing="commit the snapshot",
     ).stdout.strip()
-    _git(
-        worktree,
+    run_git(
+        at,
         "update-ref",
         "-m",
         f"shep: {message.splitlines()[0] if message else 'snapshot'}",
@@ -614,7 +566,7 @@ def snapshot(worktree: StrPath, ref: str, *, message: str) -> str:
     return commit
 
 
-def restore(worktree: StrPath, commit: str) -> None:
+def restore(worktree: Where, commit: str) -> None:
     """Make the worktree's files exactly those of ``commit``'s tree: changed files are
     rewritten, missing ones created, and files not in the tree removed, whether tracked
     or untracked (ignored files are left alone). HEAD, the branch and the real index are
@@ -625,249 +577,48 @@ def restore(worktree: StrPath, commit: str) -> None:
     current state is a tree; then ``read-tree -m -u <current> <commit>`` (git's own
     switch between two trees) rewrites only the files that differ between the two. An
     ignored file where the commit has a file is overwritten (git >= 2.35 treats ignored
-    files as expendable there).
+    files as expendable there). Git writes no file through a symbolic link.
     """
-    target = resolve_commit(worktree, commit)
-    with _private_index(_index_and_head(worktree)[0]) as env:
-        current = _write_tree(worktree, env)
-        _git(
-            worktree,
+    at = checkout(worktree)
+    target = resolve_commit(at, commit)
+    with _private_index(_index_and_head(at)[0]) as env:
+        current = _write_tree(at, env)
+        run_git(
+            at,
             "read-tree",
             "-m",
             "-u",
             current,
             target,
             env=env,
-            doing=f"restore {worktree} to {commit}",
+            doing=f"restore {at.path} to {commit}",
         )
 
 
-def commit_all(worktree: StrPath, message: str) -> str | None:
-    """Stage everything (``add -A``) and commit it on the worktree's branch; the new
-    commit's sha, or None when nothing changed. Hooks are skipped (``--no-verify``):
-    the commits are shep's record of the agent's work, not the user's.
-    """
-    _git(worktree, "add", "-A", doing=f"stage the files of {worktree}")
-    staged = _git(
-        worktree, "diff", "--cached", "--quiet", doing="check for staged changes", ok=(0, 1)
-    )
-    if staged.returncode == 0:
-        return None
-    _git_as_user_or_shep(
-        worktree,
-        "commit",
-        "--quiet",
-        "--no-verify",
-        "--no-gpg-sign",
-        "-m",
-        message,
-        doing=f"commit in {worktree}",
-    )
-    head = _index_and_head(worktree)[1]
-    assert head is not None  # we just committed
-    return head
-
-
-# --- merging -------------------------------------------------------------------------
-
-
-def _merge_tree(repo: StrPath, base_sha: str, tip: str) -> tuple[str, list[str]]:
-    """The tree of merging ``tip`` into ``base_sha`` and its conflicted files, computed
-    in the object store only (``merge-tree --write-tree``): no checkout is touched.
-    """
-    done = _git(
-        repo,
-        "merge-tree",
-        "--write-tree",
-        "--name-only",
-        "-z",
-        "--no-messages",
-        base_sha,
-        tip,
-        doing=f"merge {tip[:12]} into {base_sha[:12]}",
-        ok=(0, 1),
-    )
-    tree, *rest = done.stdout.split("\0")
-    conflicts = [path for path in rest if path] if done.returncode == 1 else []
-    return tree, conflicts
-
-
-def describe_files(files: list[str], limit: int = 5) -> str:
-    """A few of ``files``, then how many more: for one-line messages."""
-    shown = ", ".join(files[:limit])
-    return shown + (f" and {len(files) - limit} more" if len(files) > limit else "")
-
-
-def squash_merge(
-    repo: StrPath,
-    base_branch: str,
-    branch: str,
-    message: str,
-    *,
-    untracked_ok: Collection[str] = (),
-) -> MergeResult:
-    """Squash-merge ``branch`` into ``base_branch`` in the user's repository ``repo``: one
-    new commit on the base, with the base's tip as its only parent.
-
-    The merge is always computed first with ``merge-tree --write-tree``, in the object
-    store only, so a conflict changes nothing anywhere (MergeResult with the files), and
-    a branch that changes nothing gives ``nothing=True`` and no commit. Then:
-
-    - base checked out in ``repo``: refused (GitError naming the files) when that
-      checkout has uncommitted changes (``untracked_ok``: see ``dirty_files``); else
-      ``git merge --ff-only`` to the squash commit, which moves the branch, index and
-      files together, and refuses rather than overwrite anything if the checkout changed
-      meanwhile.
-    - base checked out nowhere: ``update-ref`` compare-and-set from the tip the merge
-      was computed on (GitError if the base moved meanwhile).
-    - base checked out in another worktree: GitError.
-
-    The commit carries the user's identity when configured, else shep's.
-    """
-    root = repo_root(repo)
-    base_ref = f"refs/heads/{base_branch}"
-    old = resolve_commit(root, base_ref)
-    tip = resolve_commit(root, f"refs/heads/{branch}")
-    holder = next((tree for tree in worktrees(root) if tree.branch == base_branch), None)
-    if holder is not None and not _same_path(holder.path, root):
-        raise GitError(
-            f"{base_branch} is checked out in {holder.path}; merge there, or switch that "
-            "worktree to another branch and retry."
-        )
-    if holder is not None:
-        dirty = dirty_files(root, untracked_ok=untracked_ok)
-        if dirty:
-            raise GitError(
-                f"{base_branch} has uncommitted changes in {root} ({describe_files(dirty)}); "
-                "commit or stash them and retry."
-            )
-    tree, conflicts = _merge_tree(root, old, tip)
-    if conflicts:
-        return MergeResult(commit=None, conflicts=conflicts)
-    base_tree = _git(root, "rev-parse", f"{old}^{{tree}}", doing="read the base's tree")
-    if tree == base_tree.stdout.strip():
-        return MergeResult(commit=None, nothing=True)
-    commit = _git_as_user_or_shep(
-        root, "commit-tree", tree, "-p", old, "-m", message, doing=f"commit the squash of {branch}"
-    ).stdout.strip()
-    if holder is not None:
-        _git(
-            root,
-            "merge",
-            "--ff-only",
-            "--no-verify-signatures",  # the user's merge.verifySignatures: ours is unsigned
-            "--quiet",
-            "--no-stat",
-            commit,
-            doing=f"update {base_branch} in {root}",
-            fix="The checkout changed while merging; retry.",
-        )
-    else:
-        _git(
-            root,
-            "update-ref",
-            "-m",
-            f"shep: squash-merge {branch}",
-            base_ref,
-            commit,
-            old,
-            doing=f"update {base_branch}",
-            fix=f"{base_branch} moved while merging; retry.",
-        )
-    return MergeResult(commit=commit)
-
-
-# --- remotes -------------------------------------------------------------------------
-
-
-def push(repo: StrPath, branch: str, remote: str) -> None:
-    """Push ``branch`` to the branch of the same name on ``remote`` and track it."""
-    _git(
-        repo,
-        "push",
-        "--quiet",
-        "--set-upstream",
-        remote,
-        f"refs/heads/{branch}:refs/heads/{branch}",
-        doing=f"push {branch} to {remote}",
-        fix="Check the remote's URL and your credentials (`git push` by hand shows more).",
-        timeout=NETWORK_TIMEOUT,
-    )
-
-
-def _gh(repo: StrPath, *args: str, doing: str) -> str:
-    """Run ``gh args`` in ``repo``; its stdout. GitError when gh is missing or logged out."""
-    try:
-        done = subprocess.run(
-            ["gh", *args],
-            cwd=repo,
-            env=_env({"GH_PROMPT_DISABLED": "1", "GH_NO_UPDATE_NOTIFIER": "1"}),
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=NETWORK_TIMEOUT,
-            check=False,
-        )
-    except FileNotFoundError as e:
-        raise GitError(
-            f"Cannot {doing}: gh is not on PATH; install GitHub's gh CLI "
-            "(https://cli.github.com) and run `gh auth login`."
-        ) from e
-    except subprocess.TimeoutExpired as e:
-        raise GitError(f"Cannot {doing}: gh did not finish within {NETWORK_TIMEOUT:g}s.") from e
-    if done.returncode != 0:
-        if done.returncode == 4 or "gh auth login" in done.stderr:  # 4: gh's "auth needed"
-            raise GitError(f"Cannot {doing}: gh is not logged in; run `gh auth login`.")
-        reason = _reason(done.stderr) or f"gh exited with {done.returncode}"
-        raise GitError(f"Cannot {doing}: {reason}.")
-    return done.stdout
-
-
-def open_pull_request(repo: StrPath, branch: str, base: str, title: str, body: str) -> PullRequest:
-    """Open a pull request of ``branch`` into ``base`` with ``gh pr create`` (the branch
-    must be pushed), then confirm it with ``gh pr view``. A pull request that already
-    exists for the branch is returned as it is, so a retried step does not fail.
-    """
-    doing = f"open a pull request for {branch}"
-    try:
-        _gh(
-            repo,
-            "pr",
-            "create",
-            "--head",
-            branch,
-            "--base",
-            base,
-            "--title",
-            title,
-            "--body",
-            body,
-            doing=doing,
-        )
-    except GitError as e:
-        if "already exists" not in str(e):
-            raise
-    shown = _gh(repo, "pr", "view", branch, "--json", "url,number", doing=doing)
-    try:
-        data = json.loads(shown)
-        return PullRequest(url=str(data["url"]), number=int(data["number"]))
-    except (ValueError, KeyError, TypeError) as e:
-        raise GitError(f"Cannot {doing}: gh pr view printed {shown.strip()[:200]!r}.") from e
-
-
-def restore_paths(worktree: StrPath, commit: str, paths: Sequence[str]) -> None:
+def restore_paths(worktree: Where, commit: str, paths: Sequence[str]) -> list[str]:
     """Make each of ``paths`` as it is in ``commit``: rewritten, or removed when the commit
     has no such file. HEAD, the branch and the index are untouched.
+
+    A path that leads out of the worktree (``..``, or a symbolic link on the way: see
+    ``shep.worktree.inside_worktree``) is left alone; those are returned, each with why.
     """
-    target = resolve_commit(worktree, commit)
-    root = Path(worktree)
+    from shep.worktree import inside_worktree
+
+    at = checkout(worktree)
+    target = resolve_commit(at, commit)
+    refused: list[str] = []
     for path in paths:
-        there = _git(
-            worktree, "cat-file", "-e", f"{target}:{path}", doing="look up a file", ok=(0, 1, 128)
+        try:
+            inside_worktree(at.path, path, leaf_link=True)
+        except UnsafePathError as e:
+            refused.append(str(e))
+            continue
+        there = run_git(
+            at, "cat-file", "-e", f"{target}:{path}", doing="look up a file", ok=(0, 1, 128)
         )
         if there.returncode == 0:
-            _git(
-                worktree,
+            run_git(
+                at,
                 "restore",
                 f"--source={target}",
                 "--worktree",
@@ -876,27 +627,49 @@ def restore_paths(worktree: StrPath, commit: str, paths: Sequence[str]) -> None:
                 doing=f"restore {path} from {target[:10]}",
             )
         else:
-            with suppress(FileNotFoundError):
-                (root / path).unlink()
+            # A link itself may go (its target is untouched).
+            with suppress(FileNotFoundError, NotADirectoryError):
+                inside_worktree(at.path, path, leaf_link=True).unlink()
+    return refused
 
 
-def find_commit(repo: StrPath, since: str, ref: str, text: str) -> str | None:
-    """The newest commit of ``since..ref`` whose message contains the line ``text``."""
-    found = _git(
-        repo,
-        "log",
-        "--format=%H",
-        "--fixed-strings",
-        f"--grep={text}",
-        f"{since}..{ref}",
-        doing=f"search {ref} for {text!r}",
-    ).stdout.split()
-    return found[0] if found else None
+def commit_all(worktree: Where, message: str) -> str | None:
+    """Stage everything (``add -A``) and commit it on the worktree's branch; the new
+    commit's sha, or None when nothing changed. No hook runs (see ``shep.git_runner``):
+    the commits are shep's record of the agent's work, not the user's.
+    """
+    at = checkout(worktree)
+    run_git(at, "add", "-A", doing=f"stage the files of {at.path}")
+    staged = run_git(
+        at,
+        "diff",
+        "--cached",
+        "--quiet",
+        "--no-ext-diff",
+        "--no-textconv",
+        doing="check for staged changes",
+        ok=(0, 1),
+    )
+    if staged.returncode == 0:
+        return None
+    run_git_as_author(
+        at,
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "--no-gpg-sign",
+        "-m",
+        message,
+        doing=f"commit in {at.path}",
+    )
+    head = _index_and_head(at)[1]
+    assert head is not None  # we just committed
+    return head
 
 
-def newest_ref_number(repo: StrPath, prefix: str) -> int:
+def newest_ref_number(repo: Where, prefix: str) -> int:
     """The highest ``N`` among the refs ``PREFIX/N`` (0 when there is none)."""
-    names = _git(
+    names = run_git(
         repo, "for-each-ref", "--format=%(refname)", prefix, doing=f"list the refs under {prefix}"
     ).stdout.split()
     numbers = [int(n.rsplit("/", 1)[1]) for n in names if n.rsplit("/", 1)[1].isdigit()]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -172,15 +171,12 @@ def _title(feature: str) -> str:
 
 def _branch(root: Path, prompt: str) -> str:
     """The worktree's branch as git says, else the prompt's ``Branch:`` line, else unknown."""
+    from events.errors import GitError
+    from shep.git import current_branch
+
     try:
-        found = subprocess.run(
-            ["git", "-C", str(root), "branch", "--show-current"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        found = current_branch(root) or ""
+    except GitError:
         found = ""
     if found:
         return found
@@ -398,7 +394,7 @@ def _repair(request: _FeatureRequest, root: Path) -> tuple[list[tuple[str, str]]
         content = dump_yaml(_plan(fixed, root)[0])
     elif path.name == "tasks.yaml":
         # The tasks must fit whatever plan.yaml is there: use its first and last phases.
-        plan, _ = validate_plan(root / path.parent / "plan.yaml")
+        plan, _ = validate_plan(root / path.parent / "plan.yaml", inside=root)
         ids = (plan.phases[0].id, plan.phases[-1].id) if plan else ("p1", "p2")
         content = dump_yaml(_plan(fixed, root, ids)[1])
     if content is None:

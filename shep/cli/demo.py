@@ -172,8 +172,6 @@ DEMO_FEATURE = "Add a low-stock report listing items below their reorder level"
 
 def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) -> None:
     """feat new, then answer and approve what it asks (the recommended option) until it ends."""
-    import subprocess
-
     from commands.run_state import load_run
     from events.runs import WAITING_STATUSES
     from projections.inbox_queries import list_inbox
@@ -181,11 +179,12 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.cli.feat import new
     from shep.cli.inbox import answer, approve, inbox
     from shep.cli.logs import logs
+    from shep.git_runner import run_git
 
-    env = {**os.environ, "GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost"}
+    env = {"GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost"}
     env |= {"GIT_COMMITTER_NAME": "demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Inventory"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
+        run_git(repo, *args, env=env, doing="make the demo repository")
     click.echo(
         "shep demo feature: a feature from a description to a merged commit, with the DEMO "
         f"agent (canned answers, not an AI), in {home}\n"
@@ -221,9 +220,7 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     with click.Context(logs, obj=runtime, info_name="logs", parent=ctx) as sub:
         sub.invoke(logs, run=short, follow=False, as_json=False)
     click.echo(f"\n$ git -C {repo} log --stat -1")
-    shown = subprocess.run(
-        ["git", "-C", str(repo), "log", "--stat", "-1"], check=False, capture_output=True, text=True
-    )
+    shown = run_git(repo, "log", "--stat", "-1", doing="show the merged commit", ok=range(256))
     click.echo(shown.stdout.rstrip())
     click.echo(
         "\nTry next:\n"

@@ -84,7 +84,13 @@ def new(
     --background), and says what to do next.
     """
     from shep.cli.run import _check_binary, launch
-    from shep.feature import create_feature_run, discard_worktree, make_worktree, plan_feature
+    from shep.feature import (
+        create_feature_run,
+        discard_worktree,
+        make_worktree,
+        plan_feature,
+        settle_worktree,
+    )
     from shep.identity import current_actor, host_name, process_start
     from shep.secrets import require_token
     from shep.settings import load_settings
@@ -102,7 +108,7 @@ def new(
         base=base,
         prefix=settings.texts["branch_prefix"],
     )
-    plan = make_worktree(plan)
+    plan = make_worktree(plan, drivers=flags["git_filters"])
     try:
         run_id = create_feature_run(
             store,
@@ -125,6 +131,7 @@ def new(
     except BaseException:
         discard_worktree(plan)
         raise
+    settle_worktree(plan)
     click.echo(
         f"Feature {run_id.hex[:8]}: branch {plan.branch} from {plan.base} "
         f"({plan.base_sha[:10]}), worktree {plan.worktree}",

@@ -598,7 +598,9 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
     Finished: completed, failed or cancelled, that long ago. Each is listed
     with the disk space it held; its branch goes too once merged. A worktree
     that `shep feat rm` would refuse (uncommitted changes, a branch shep did
-    not create) is kept and said why. Also reported, never touched:
+    not create) is kept and said why. A branch and worktree made for a run
+    that was never created (`shep feat new` or `shep fork` killed in between)
+    are removed whatever their age. Also reported, never touched:
     directories under $SHEP_HOME/worktrees no feature uses, and worktrees that
     vanished without shep removing them.
     """
@@ -657,6 +659,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
         for line in done[1:]:
             click.echo(f"         {printable(line)}")
         freed, removed = freed + size, removed + 1
+    removed, freed = _leftovers(runtime, features, dry_run, removed, freed)
     _report_vanished(features, handled)
     _report_orphans(worktrees_root(runtime.home), features)
     verb = "Would free" if dry_run else "Freed"
@@ -666,6 +669,36 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
         click.echo(f"Nothing to remove: no finished feature's worktree is older than {older_than}.")
     if failed:
         raise FeatureError(f"{failed} worktree(s) could not be removed; see above.")
+
+
+def _leftovers(
+    runtime: Runtime, features: list[dict[str, Any]], dry_run: bool, count: int, freed: int
+) -> tuple[int, int]:
+    """Remove (or list) the leftovers of runs never created; ``count`` and ``freed`` (the
+    worktrees and bytes so far) with theirs added.
+    """
+    from shep.feature_removal import leftovers, remove_leftover
+
+    known = {os.path.realpath(f["worktree"]) for f in features}
+    for leftover in leftovers(runtime.home, known):
+        size = disk_usage(leftover.worktree)
+        what = (
+            f"{leftover.branch}  {leftover.worktree}  {human_size(size)}  (made for a run "
+            "that was never created: `shep feat new` or `shep fork` was stopped)"
+        )
+        if dry_run:
+            click.echo(printable(f"would remove leftover {what}"))
+        else:
+            try:
+                done = remove_leftover(leftover)
+            except GitError as e:
+                click.echo(printable(f"kept     leftover {leftover.worktree}: {e}"))
+                continue
+            click.echo(printable(f"removed  leftover {what}"))
+            for line in done:
+                click.echo(f"         {printable(line)}")
+        count, freed = count + 1, freed + size
+    return count, freed
 
 
 def _report_vanished(features: list[dict[str, Any]], handled: set[str]) -> None:
@@ -683,7 +716,10 @@ def _report_vanished(features: list[dict[str, Any]], handled: set[str]) -> None:
 
 
 def _report_orphans(root: Path, features: list[dict[str, Any]]) -> None:
-    """Directories under ``root/<repo key>/`` that no feature's worktree is."""
+    """Directories under ``root/<repo key>/`` that no feature's worktree is (a leftover's
+    note, and a leftover being made, are not: see ``_leftovers``)."""
+    from shep.feature import MAKING_SUFFIX, making_note
+
     if not root.is_dir():
         return
     # A removed feature's directory that is still (or again) there is reported too.
@@ -691,7 +727,9 @@ def _report_orphans(root: Path, features: list[dict[str, Any]]) -> None:
     for key in sorted(root.iterdir()):
         entries = sorted(key.iterdir()) if key.is_dir() and not key.is_symlink() else [key]
         for entry in entries:
-            if os.path.realpath(entry) in known:
+            if os.path.realpath(entry) in known or entry.name.endswith(MAKING_SUFFIX):
+                continue
+            if making_note(entry).exists():
                 continue
             click.echo(
                 printable(

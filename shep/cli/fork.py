@@ -115,6 +115,10 @@ def fork(
         _discard(made)
         _exists(origin, new_id, fork_key)
         return
+    if made is not None:
+        from shep.feature import settle_worktree
+
+        settle_worktree(made)
     click.echo(
         f"Fork {new_id.hex[:8]} of run {origin.hex[:8]} at checkpoint "
         f"{found.checkpoint_id} (step {found.step}, restore {restore}"
@@ -156,7 +160,8 @@ def _fork_worktree(
     from events.features import TaskCompleted
     from events.runs import NodeCompleted
     from shep import git
-    from shep.feature import make_worktree, plan_feature
+    from shep.feature import discard_worktree, make_worktree, plan_feature
+    from shep.git_runner import Checkout
     from shep.settings import load_settings
 
     inputs = dict(created.inputs)
@@ -176,7 +181,12 @@ def _fork_worktree(
         check_dirty=False,
     )
     plan = dataclasses.replace(plan, base_sha=inputs["base_sha"])
-    made = make_worktree(plan, spec_dir=inputs["spec_dir"])
+    drivers = settings.flags["git_filters"]
+    made = make_worktree(plan, spec_dir=inputs["spec_dir"], drivers=drivers)
     if restore in ("both", "worktree") and snapshot:
-        git.restore(made.worktree, snapshot)
-    return made, {**inputs, "branch": made.branch}
+        try:
+            git.restore(Checkout(made.worktree, Path(made.git_dir), drivers=drivers), snapshot)
+        except BaseException:
+            discard_worktree(made)
+            raise
+    return made, {**inputs, "branch": made.branch, "git_dir": made.git_dir}

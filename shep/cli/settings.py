@@ -240,8 +240,15 @@ def _set_help() -> str:
         "deadline, and the shep commands that decide it. If it fails, or runs longer than "
         "notify_timeout (then its process group is killed), that is recorded in the run's "
         "logs; the run goes on regardless. Set it to '' to turn it off.\n\n"
-        "The feature workflow's settings (feature_fast to test_timeout) can also be "
-        "shown and set together with `shep settings workflow`."
+        "The feature workflow's settings (feature_fast to git_filters) can also be "
+        "shown and set together with `shep settings workflow`. merge_hooks and "
+        "git_filters are off unless you turn them on: shep's own git then runs nothing "
+        "the repository or the agent wrote (no hook, no fsmonitor, no filter or merge "
+        "driver). merge_hooks runs your repository's hooks (post-merge, "
+        "reference-transaction...) when shep moves your branch to the squash commit and "
+        "deletes the feature branch, hooks the merged files may have just changed; "
+        "git_filters lets git run the filter and merge drivers your git config defines "
+        "(git-lfs needs it)."
     )
 
 
@@ -445,6 +452,16 @@ ALLOW_ALL = ("allow_prd", "allow_plan", "allow_merge")
 )
 @click.option(
     "--test-timeout", metavar="SECONDS", help="test_timeout: seconds the test command may run."
+)
+@click.option(
+    "--merge-hooks/--no-merge-hooks",
+    default=None,
+    help="merge_hooks: run the repository's git hooks at the merge into your branch.",
+)
+@click.option(
+    "--git-filters/--no-git-filters",
+    default=None,
+    help="git_filters: let git run your config's filter and merge drivers (git-lfs).",
 )
 @click.pass_obj
 def workflow(

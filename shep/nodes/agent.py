@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -21,7 +23,13 @@ import msgspec
 
 from commands.record_agent_output import OutputItem
 from commands.record_node import record_agent_session, start_agent
-from events.errors import AgentError, AgentSessionNotFoundError, ShepError
+from events.errors import (
+    AgentError,
+    AgentSessionNotFoundError,
+    ShepError,
+    StepFailedError,
+    UnsafePathError,
+)
 from events.runs import AgentSessionRecorded, ArtifactWritten, NodeCompleted, NodeFailed, Usage
 from shep.agents import (
     AgentEvent,
@@ -39,6 +47,7 @@ from shep.agents.process import LAUNCHER, kill_group
 from shep.nodes.context import RunContext, iteration_of
 from shep.settings import Settings
 from shep.workflows.base import AgentStep, NodeFn, repository_tree, tools_for
+from shep.worktree import inside_worktree, read_inside
 
 TOOL_TEXT_LIMIT = 2000
 
@@ -275,23 +284,34 @@ class AgentNodes:
         """Keep the agent's file if it wrote one during this node; else write the result."""
         assert step.artifact is not None
         ctx = self.ctx
-        path = ctx.plan.repo / step.artifact
+        root = ctx.plan.repo
+        # Never through a symbolic link (see shep.worktree): a link where the report goes
+        # is replaced by the report, not written through.
         try:
-            by_agent = path.is_file() and path.stat().st_mtime >= started - 1
+            path = inside_worktree(root, step.artifact, leaf_link=True)
+        except UnsafePathError as e:
+            raise StepFailedError(f"Cannot write {step.artifact}: {e}") from e
+        try:
+            found = os.lstat(path)
+            by_agent = stat.S_ISREG(found.st_mode) and found.st_mtime >= started - 1
         except OSError:
             by_agent = False
         if not by_agent:
             body = text if text.endswith("\n") else text + "\n"
             tmp = path.with_name(f".{path.name}.shep-tmp")
             try:
-                tmp.write_text(body)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(body)
                 os.replace(tmp, path)
             except OSError as e:
                 raise ShepError(
                     f"Cannot write {path} ({e.strerror}). Make the repository writable, "
                     f"then `shep resume {ctx.run_id.hex[:8]}`."
                 ) from e
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(read_inside(root, path)).hexdigest()
         ctx.progress.message(f"wrote {path}" if not by_agent else f"kept the agent's {path}")
         return {
             "node": step.name,

@@ -105,31 +105,52 @@ class RunContext:
 
         Untracked files and changes made through a shell included; the user's
         HEAD, index and branch untouched (``shep.git.snapshot``). None when the
-        repository is not the root of a git work tree, or git failed (said).
+        repository is not the root of a git work tree, or git failed (said). A
+        feature's worktree is reached through the git directory shep made for it;
+        a worktree whose ``.git`` file was rewritten fails the run
+        (``WorktreeLinkChangedError``): nothing is committed anywhere.
         """
-        from events.errors import GitError
+        from events.errors import GitError, WorktreeLinkChangedError
         from shep import git
 
-        repo = self.plan.repo
-        if not (repo / ".git").exists():
-            return None
         refs = f"refs/shep/runs/{self.run_id.hex}"
         try:
+            where = self._checkout()
+            if where is None:
+                return None
             with self._lock:
                 # Numbered after the refs that exist, not after the events: a snapshot
                 # taken just before a crash has a ref but no event, and must keep it.
                 if self.snapshots is None:
-                    self.snapshots = git.newest_ref_number(repo, refs)
+                    self.snapshots = git.newest_ref_number(where, refs)
                 self.snapshots += 1
                 number = self.snapshots
             return git.snapshot(
-                repo,
+                where,
                 f"{refs}/{number}",
                 message=f"shep {self.plan.workflow.name} {self.run_id.hex[:8]}: {label}",
             )
+        except WorktreeLinkChangedError:
+            raise
         except GitError as e:
             self.progress.message(f"no snapshot after {label}: {e}")
             return None
+
+    def _checkout(self) -> Any:
+        """How shep's git reaches the run's repository (a ``shep.git_runner.Checkout``);
+        None when it is no git work tree's root.
+        """
+        from shep.git_runner import Checkout
+        from shep.worktree import feature_checkout
+
+        repo, inputs = self.plan.repo, self.plan.inputs
+        drivers = bool((getattr(self.settings, "flags", None) or {}).get("git_filters", False))
+        if "git_dir" in inputs or "source_repo" in inputs:
+            # A feature's worktree, or what is left of it once removed (nothing to take).
+            return feature_checkout(inputs, repo, drivers=drivers) if repo.is_dir() else None
+        if not (repo / ".git").exists():
+            return None
+        return Checkout(repo, drivers=drivers)
 
     def output_buffer(self) -> AgentOutputBuffer:
         if self.buffer is None:

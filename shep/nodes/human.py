@@ -14,8 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from events.errors import UnsafePathError
 from shep.nodes.context import RunContext, iteration_of
 from shep.workflows.base import ApprovalGate, NodeFn, QuestionStep
+from shep.worktree import read_inside
 
 
 def question_node(ctx: RunContext, step: QuestionStep) -> NodeFn:
@@ -66,10 +68,10 @@ def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
         approval = step.approval(state)
         artifacts = []
         for relative in approval.artifacts:
-            path = ctx.plan.repo / relative
             try:
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:
+                # Not through a symbolic link: a file outside the worktree is no artifact.
+                digest = hashlib.sha256(read_inside(ctx.plan.repo, relative)).hexdigest()
+            except (OSError, UnsafePathError):
                 digest = ""
             artifacts.append({"path": relative, "sha256": digest})
         value = interrupt(

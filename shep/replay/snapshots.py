@@ -11,23 +11,26 @@ def snapshot_diff_stat(repo: str, previous: str | None, snapshot: str) -> str:
     """``git diff --stat`` from ``previous`` (or the snapshot's parent) to ``snapshot`` in
     ``repo``, read-only; a sentence saying why when it cannot be made.
     """
-    import subprocess
+    from events.errors import GitError
+    from shep.git_runner import run_git
 
     if not os.path.isdir(repo):
         return f"the repository {repo} is gone: no diff for snapshot {snapshot[:10]}"
     span = [previous, snapshot] if previous else [f"{snapshot}^!"]
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
     try:
-        done = subprocess.run(
-            ["git", "--no-optional-locks", "-C", repo, "diff", "--stat", "--no-color", *span],
-            capture_output=True,
-            text=True,
+        done = run_git(
+            repo,
+            "diff",
+            "--stat",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            *span,
+            doing=f"diff snapshot {snapshot[:10]}",
+            ok=range(256),
             timeout=10,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
         )
-    except (OSError, subprocess.SubprocessError) as e:
+    except GitError as e:
         return f"git could not be run for the diff ({e})"
     if done.returncode != 0:
         problem = (done.stderr.strip().splitlines() or ["git failed"])[0]

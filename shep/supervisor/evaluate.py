@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, TypedDict
 from uuid import UUID
 
@@ -26,6 +25,7 @@ import msgspec
 from commands.inbox_state import ItemState, load_item
 from commands.policies import Policy, item_kind, load_policies, policy_for, source_repo
 from events.base import Event
+from events.errors import UnsafePathError
 from events.inbox import QuestionAsked
 from events.runs import RunCreated
 from events.store import EventStore
@@ -39,6 +39,7 @@ from shep.supervisor.prompt import (
     input_hash,
     read_reply,
 )
+from shep.worktree import read_inside
 
 #: The verdict of an item only the evaluator could decide, when none was given (what-if).
 UNDECIDED = "undecided"
@@ -321,9 +322,11 @@ def _item_document(item: ItemState, created: RunCreated | None) -> dict[str, Any
     files = []
     for artifact in document.get("artifacts", []):
         content = None
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, UnsafePathError):
             if created is not None:
-                raw = (Path(created.repo) / artifact["path"]).read_bytes()
+                # Never through a symbolic link: the evaluator sees no file outside the
+                # worktree (see shep.worktree).
+                raw = read_inside(created.repo, artifact["path"])
                 if hashlib.sha256(raw).hexdigest() == artifact["sha256"]:
                     content = raw.decode("utf-8", "replace")[:ARTIFACT_CHARS]
         files.append(

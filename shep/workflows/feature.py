@@ -130,7 +130,9 @@ def _check_spec(worktree: Path, state: Mapping[str, Any]) -> tuple[str, list[str
     inputs = inputs_of(state)
     relative = f"{inputs['spec_dir']}/spec.yaml"
     number = int(Path(inputs["spec_dir"]).name.split("-", 1)[0])
-    _, errors = validate_spec(worktree / relative, number=number, branch=inputs["branch"])
+    _, errors = validate_spec(
+        worktree / relative, number=number, branch=inputs["branch"], inside=worktree
+    )
     return relative, errors
 
 
@@ -138,17 +140,17 @@ def _check_research(worktree: Path, state: Mapping[str, Any]) -> tuple[str, list
     from shep.workflows.feature_specs import validate_research
 
     relative = f"{spec_dir_of(state)}/research.yaml"
-    return relative, validate_research(worktree / relative)[1]
+    return relative, validate_research(worktree / relative, inside=worktree)[1]
 
 
 def _check_plan(worktree: Path, state: Mapping[str, Any]) -> tuple[str, list[str]]:
     from shep.workflows.feature_specs import validate_plan, validate_tasks
 
     spec_dir = spec_dir_of(state)
-    plan, errors = validate_plan(worktree / spec_dir / "plan.yaml")
+    plan, errors = validate_plan(worktree / spec_dir / "plan.yaml", inside=worktree)
     if plan is None:
         return f"{spec_dir}/plan.yaml", errors
-    tasks_errors = validate_tasks(worktree / spec_dir / "tasks.yaml", plan)[1]
+    tasks_errors = validate_tasks(worktree / spec_dir / "tasks.yaml", plan, inside=worktree)[1]
     return f"{spec_dir}/tasks.yaml", errors + tasks_errors
 
 
@@ -181,7 +183,7 @@ def _open_questions(state: Mapping[str, Any], worktree: Path | None = None) -> l
     inputs = inputs_of(state)
     root = Path(worktree or state.get("repo") or ".")
     number = int(Path(inputs["spec_dir"]).name.split("-", 1)[0])
-    spec, _ = validate_spec(root / inputs["spec_dir"] / "spec.yaml", number=number)
+    spec, _ = validate_spec(root / inputs["spec_dir"] / "spec.yaml", number=number, inside=root)
     answered = state.get("qa") or {}
     if spec is None:
         return []

@@ -175,12 +175,19 @@ def dump_yaml(value: Spec | Research | Plan | Tasks) -> str:
     )
 
 
-def _load(path: Path) -> tuple[Any, str | None]:
-    """The YAML document at ``path``, or the one-line reason it cannot be had."""
+def _load(path: Path, inside: Path) -> tuple[Any, str | None]:
+    """The YAML document at ``path`` (in the worktree ``inside``, not through a symbolic
+    link: see ``shep.worktree.inside_worktree``), or the one-line reason it cannot be had.
+    """
+    from events.errors import UnsafePathError
+    from shep.worktree import read_inside
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_inside(inside, path).decode("utf-8")
     except FileNotFoundError:
         return None, f"{path.name}: file not found"
+    except UnsafePathError as e:
+        return None, f"{path.name}: not read: {e}"
     except (OSError, UnicodeDecodeError) as e:
         return None, f"{path.name}: cannot read the file: {e}"
     try:
@@ -279,8 +286,8 @@ def _build(cls: type[_S], data: Any, path: str, checks: _Checks, errors: list[st
     return cls(**values) if complete else None
 
 
-def _read(cls: type[_S], path: Path, checks: _Checks) -> tuple[_S | None, list[str]]:
-    data, problem = _load(Path(path))
+def _read(cls: type[_S], path: Path, checks: _Checks, inside: Path) -> tuple[_S | None, list[str]]:
+    data, problem = _load(Path(path), Path(inside))
     if problem is not None:
         return None, [problem]
     errors: list[str] = []
@@ -415,29 +422,32 @@ _PLAN_CHECKS: dict[tuple[type, str], _Check] = {
 
 
 def validate_spec(
-    path: Path, *, number: int, branch: str | None = None
+    path: Path, *, number: int, branch: str | None = None, inside: Path
 ) -> tuple[Spec | None, list[str]]:
     """spec.yaml at ``path``, checked against the contract; ``number`` is the NNN of its
     directory and ``branch``, when given, the run's branch. ``(spec, [])`` or ``(None, errors)``.
+
+    ``inside``: the worktree, which the path must not leave (no symbolic link on the way),
+    as for every ``validate_*`` here.
     """
     checks = dict(_SPEC_CHECKS)
     checks[Spec, "number"] = _equal(number, "the spec directory's number")
     if branch is not None:
         checks[Spec, "branch"] = _both(_text, _equal(branch, "the run's branch"))
-    return _read(Spec, path, checks)
+    return _read(Spec, path, checks, inside)
 
 
-def validate_research(path: Path) -> tuple[Research | None, list[str]]:
+def validate_research(path: Path, *, inside: Path) -> tuple[Research | None, list[str]]:
     """research.yaml at ``path``: ``(research, [])`` or ``(None, errors)``."""
-    return _read(Research, path, _RESEARCH_CHECKS)
+    return _read(Research, path, _RESEARCH_CHECKS, inside)
 
 
-def validate_plan(path: Path) -> tuple[Plan | None, list[str]]:
+def validate_plan(path: Path, *, inside: Path) -> tuple[Plan | None, list[str]]:
     """plan.yaml at ``path``: ``(plan, [])`` or ``(None, errors)``."""
-    return _read(Plan, path, _PLAN_CHECKS)
+    return _read(Plan, path, _PLAN_CHECKS, inside)
 
 
-def validate_tasks(path: Path, plan: Plan) -> tuple[Tasks | None, list[str]]:
+def validate_tasks(path: Path, plan: Plan, *, inside: Path) -> tuple[Tasks | None, list[str]]:
     """tasks.yaml at ``path``, whose tasks must belong to ``plan``'s phases:
     ``(tasks, [])`` or ``(None, errors)``.
     """
@@ -458,7 +468,7 @@ def validate_tasks(path: Path, plan: Plan) -> tuple[Tasks | None, list[str]]:
         (Task, "acceptance"): _some_texts,
         (Task, "files"): _file_paths,
     }
-    return _read(Tasks, path, checks)
+    return _read(Tasks, path, checks, inside)
 
 
 def spec_dir_name(number: int, slug: str) -> str:

@@ -21,6 +21,7 @@ from events.features import (
     BranchPushed,
     FeatureMerged,
     MergeConflicted,
+    MergePrepared,
     PullRequestOpened,
     TaskCompleted,
     TaskStarted,
@@ -31,6 +32,7 @@ from events.features import (
 )
 from events.runs import NodeCompleted, Usage
 from events.words import counted
+from shep.git_runner import Checkout
 from shep.workflows.base import (
     Approval,
     Option,
@@ -103,13 +105,36 @@ def _feature_env(io: StepIO) -> dict[str, str]:
     }
 
 
+def _worktree(io: StepIO) -> Any:
+    """The worktree as shep's git reaches it: through the git directory shep made for it
+    (a ``shep.git_runner.Checkout``; see ``shep.worktree``).
+    """
+    from shep.worktree import feature_checkout
+
+    return feature_checkout(io.inputs, io.repo, drivers=bool(io.setting("git_filters")))
+
+
 def setup(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     from shep import git
 
     inputs = io.inputs
-    if not (io.repo / ".git").exists():
+    git_dir = inputs.get("git_dir", "")
+    if not os.path.lexists(io.repo / ".git"):
         # Made by `shep feat new`; gone since (removed by hand): make it again.
-        git.add_worktree(Path(inputs["source_repo"]), io.repo, inputs["branch"], inputs["base_sha"])
+        made = git.add_worktree(
+            Path(inputs["source_repo"]),
+            io.repo,
+            inputs["branch"],
+            inputs["base_sha"],
+            drivers=bool(io.setting("git_filters")),
+        )
+        if git_dir and not git.same_path(made, git_dir):
+            raise StepFailedError(
+                f"git made the worktree {io.repo} again with its git directory at {made}, "
+                f"not at {git_dir} as recorded; remove the worktree (`shep feat rm`) and "
+                "fork the run instead."
+            )
+        git_dir = str(made)
         io.message(f"made the worktree again at {io.repo}")
     command = str(io.setting("worktree_setup_command") or "")
     if command:
@@ -133,6 +158,7 @@ def setup(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
         base=inputs["base"],
         base_sha=inputs["base_sha"],
         spec_dir=inputs["spec_dir"],
+        git_dir=git_dir or str(_worktree(io).git_dir),
     )
     return {}
 
@@ -160,12 +186,14 @@ def _restore_cut_off(
             before[event.task] = latest
     if latest is None:
         return
-    git.restore(io.repo, latest)
+    worktree = _worktree(io)
+    git.restore(worktree, latest)
     for task_id in sorted(cut_off):
         task = tasks.get(task_id)
         earlier = before.get(task_id)
         if task is not None and earlier and earlier != latest and task.files:
-            git.restore_paths(io.repo, earlier, list(task.files))
+            for refused in git.restore_paths(worktree, earlier, list(task.files)):
+                io.message(f"not restored: {refused}")
     io.message(f"restored the worktree to {latest[:10]} (cut off: {', '.join(sorted(cut_off))})")
 
 
@@ -179,8 +207,8 @@ def implement(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     from shep.workflows.feature_specs import parallel_groups, validate_plan, validate_tasks
 
     spec_dir = io.repo / spec_dir_of(state)
-    plan, errors = validate_plan(spec_dir / "plan.yaml")
-    tasks = validate_tasks(spec_dir / "tasks.yaml", plan)[0] if plan else None
+    plan, errors = validate_plan(spec_dir / "plan.yaml", inside=io.repo)
+    tasks = validate_tasks(spec_dir / "tasks.yaml", plan, inside=io.repo)[0] if plan else None
     if plan is None or tasks is None:
         raise StepFailedError(f"the plan no longer validates: {'; '.join(errors)}")
     history = io.history(TaskStarted, TaskCompleted, NodeCompleted)
@@ -337,8 +365,9 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
 
     inputs = io.inputs
     # What the merge gate shows and the merge commits, before any test touches it.
+    worktree = _worktree(io)
     snapshot = io.snapshot("review")
-    head = snapshot or git.resolve_commit(io.repo, "HEAD")
+    head = snapshot or git.resolve_commit(worktree, "HEAD")
     command = str(io.setting("test_command") or "") or detect_test_command(
         io.repo, Path(inputs["source_repo"])
     )
@@ -359,9 +388,9 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             output_tail=tail,
         )
         if snapshot is not None:
-            git.restore(io.repo, snapshot)
-    stat = git.diff_stat(io.repo, inputs["base_sha"], head)
-    commits = git.diff_stat(io.repo, inputs["base_sha"], "HEAD").commits
+            git.restore(worktree, snapshot)
+    stat = git.diff_stat(worktree, inputs["base_sha"], head)
+    commits = git.diff_stat(worktree, inputs["base_sha"], "HEAD").commits
     review = {
         "files": stat.files,
         "added": stat.added,
@@ -394,53 +423,37 @@ def merge_approval(state: Mapping[str, Any]) -> Approval:
 
 
 def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
-    """Commit the branch, then squash-merge it into the base (or push and open a PR)."""
-    from shep import git
+    """Commit the branch, then squash-merge it into the base (or push and open a PR).
+
+    The squash commit is recorded (``MergePrepared``) before the base moves to it, so a
+    merge made just before the worker died is found on the base by that commit, recorded
+    and not made again; no other commit counts, whatever its message says.
+    """
+    from shep import git, git_merge
     from shep.feature import SHEP_OUTPUTS
 
     inputs = io.inputs
     source = Path(inputs["source_repo"])
     branch, base = inputs["branch"], inputs["base"]
-    history = io.history(FeatureMerged, PullRequestOpened, WorktreeRemoved)
-    trailer = f"Shep-Run: {io.run_id}"
-    merged = any(isinstance(e, FeatureMerged) for e in history)
+    history = io.history(FeatureMerged, PullRequestOpened, WorktreeRemoved, MergePrepared)
+    merged = any(isinstance(e, FeatureMerged) for e in history) or _found_merge(io, history)
     opened = any(isinstance(e, PullRequestOpened) for e in history)
-    if not merged and not opened:
-        # The squash commit names the run: a merge made just before the worker died is
-        # found on the base, recorded, and not made again.
-        earlier = git.find_commit(source, inputs["base_sha"], f"refs/heads/{base}", trailer)
-        if earlier is not None:
-            _record_merge(io, earlier, git.diff_stat(source, inputs["base_sha"], branch))
-            merged = True
     if merged or opened:
         if not any(isinstance(e, WorktreeRemoved) for e in history):
             reason = "merged" if merged else "pull request opened"
             _remove_worktree(io, delete_branch=merged, reason=reason)
         return {"route": "done"}
     title = _title(io, state)
-    git.commit_all(io.repo, f"{title}\n\nshep feature run {io.run_id[:8]}")
-    if inputs.get("pr") or inputs.get("push"):
-        remote = git.has_remote(source)
-        if remote is None:
-            raise StepFailedError(
-                f"--push/--pr need a remote, and {source} has none. Add one (`git remote add`), "
-                "then `shep resume`."
-            )
-        git.push(source, branch, remote)
-        io.append(
-            BranchPushed, remote=remote, branch=branch, commit=git.resolve_commit(source, branch)
-        )
-        if inputs.get("pr"):
-            pr = git.open_pull_request(source, branch, base, title, inputs["description"])
-            io.append(PullRequestOpened, url=pr.url, number=pr.number)
-            _remove_worktree(io, delete_branch=False, reason="pull request opened")
-            return {"route": "done"}
+    git.commit_all(_worktree(io), f"{title}\n\nshep feature run {io.run_id[:8]}")
+    if (inputs.get("pr") or inputs.get("push")) and _publish(io, title):
+        return {"route": "done"}
+    drivers = bool(io.setting("git_filters"))
     # shep's own report, untracked in the user's checkout, is no reason to wait, unless
     # the merge would write over it.
     changed = set(git.changed_paths(source, inputs["base_sha"], branch))
     untracked_ok = [path for path in SHEP_OUTPUTS if path not in changed]
     if git.current_branch(source) == base:
-        dirty = git.dirty_files(source, untracked_ok=untracked_ok)
+        dirty = git.dirty_files(Checkout(source, drivers=drivers), untracked_ok=untracked_ok)
         if dirty:
             return {
                 "route": "conflict",
@@ -448,18 +461,67 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             }
     stat = git.diff_stat(source, inputs["base_sha"], branch)
     body = inputs["description"] if inputs["description"] != title else ""
-    message = "\n\n".join(part for part in (title, body, trailer) if part)
-    result = git.squash_merge(source, base, branch, message, untracked_ok=untracked_ok)
-    if result.conflicts:
-        io.append(MergeConflicted, into=base, files=tuple(result.conflicts))
-        return {"route": "conflict", "merge": {"conflicts": list(result.conflicts), "dirty": []}}
-    if result.commit:
-        _record_merge(io, result.commit, stat)
-        io.message(f"merged into {base} as {result.commit[:10]}")
+    message = "\n\n".join(part for part in (title, body, f"Shep-Run: {io.run_id}") if part)
+    squash = git_merge.prepare_squash(
+        source, base, branch, message, drivers=drivers, untracked_ok=untracked_ok
+    )
+    if squash.conflicts:
+        io.append(MergeConflicted, into=base, files=tuple(squash.conflicts))
+        return {"route": "conflict", "merge": {"conflicts": list(squash.conflicts), "dirty": []}}
+    if squash.commit is not None and squash.tree is not None:
+        io.append(
+            MergePrepared, into=base, commit=squash.commit, tree=squash.tree, onto=squash.onto
+        )
+        hooks = bool(io.setting("merge_hooks"))
+        git_merge.advance_base(source, squash, hooks=hooks, drivers=drivers)
+        _record_merge(io, squash.commit, stat)
+        io.message(f"merged into {base} as {squash.commit[:10]}")
     else:
         io.message(f"nothing to merge: {branch} has no changes against {base}")
-    _remove_worktree(io, delete_branch=True, reason="merged" if result.commit else "no changes")
-    return {"route": "done", "merge": {"commit": result.commit, "conflicts": [], "dirty": []}}
+    _remove_worktree(io, delete_branch=True, reason="merged" if squash.commit else "no changes")
+    return {"route": "done", "merge": {"commit": squash.commit, "conflicts": [], "dirty": []}}
+
+
+def _found_merge(io: StepIO, history: Sequence[Any]) -> bool:
+    """Whether a squash commit this run recorded (``MergePrepared``) is on the base: the
+    worker died after moving the base, before recording the merge. Then it is recorded.
+    """
+    from shep import git, git_merge
+
+    inputs = io.inputs
+    source, base = Path(inputs["source_repo"]), inputs["base"]
+    if any(isinstance(e, PullRequestOpened) for e in history):
+        return False
+    for prepared in reversed([e for e in history if isinstance(e, MergePrepared)]):
+        if prepared.into == base and git_merge.is_merged(source, prepared.commit, base):
+            stat = git.diff_stat(source, inputs["base_sha"], inputs["branch"])
+            _record_merge(io, prepared.commit, stat)
+            return True
+    return False
+
+
+def _publish(io: StepIO, title: str) -> bool:
+    """Push the branch, and open its pull request with ``--pr``; whether one was opened
+    (the run then ends here, without a merge).
+    """
+    from shep import git, git_merge
+
+    inputs = io.inputs
+    source, branch = Path(inputs["source_repo"]), inputs["branch"]
+    remote = git.has_remote(source)
+    if remote is None:
+        raise StepFailedError(
+            f"--push/--pr need a remote, and {source} has none. Add one (`git remote add`), "
+            "then `shep resume`."
+        )
+    git_merge.push(source, branch, remote)
+    io.append(BranchPushed, remote=remote, branch=branch, commit=git.resolve_commit(source, branch))
+    if not inputs.get("pr"):
+        return False
+    pr = git_merge.open_pull_request(source, branch, inputs["base"], title, inputs["description"])
+    io.append(PullRequestOpened, url=pr.url, number=pr.number)
+    _remove_worktree(io, delete_branch=False, reason="pull request opened")
+    return True
 
 
 def _record_merge(io: StepIO, commit: str, stat: Any) -> None:
@@ -479,18 +541,24 @@ def _title(io: StepIO, state: Mapping[str, Any]) -> str:
 
     inputs = io.inputs
     number = int(Path(inputs["spec_dir"]).name.split("-", 1)[0])
-    spec, _ = validate_spec(io.repo / inputs["spec_dir"] / "spec.yaml", number=number)
+    spec, _ = validate_spec(
+        io.repo / inputs["spec_dir"] / "spec.yaml", number=number, inside=io.repo
+    )
     # The agent's words (or the description) as `git log` will show them: escaped.
     return printable(spec.one_liner if spec else inputs["description"].splitlines()[0][:72])
 
 
 def _remove_worktree(io: StepIO, *, delete_branch: bool, reason: str) -> None:
+    """Remove the worktree, and the branch after a merge; record what git says is gone."""
     from shep import git
 
     source = Path(io.inputs["source_repo"])
     branch = io.inputs["branch"]
     git.remove_worktree(source, io.repo, force=True)
-    deleted = git.delete_branch(source, branch, force=True) if delete_branch else False
+    # The branch deletion is part of the merge in the user's repository: their hooks
+    # run there only when they asked (merge_hooks).
+    user = Checkout(source, hooks=bool(io.setting("merge_hooks")))
+    deleted = git.delete_branch(user, branch, force=True) if delete_branch else False
     io.append(
         WorktreeRemoved,
         path=str(io.repo),
@@ -506,7 +574,8 @@ def prd_approval(state: Mapping[str, Any]) -> Approval:
 
     spec_dir = spec_dir_of(state)
     number = int(Path(spec_dir).name.split("-", 1)[0])
-    spec, _ = validate_spec(Path(state.get("repo") or ".") / spec_dir / "spec.yaml", number=number)
+    repo = Path(state.get("repo") or ".")
+    spec, _ = validate_spec(repo / spec_dir / "spec.yaml", number=number, inside=repo)
     answered = len(state.get("qa") or {})
     if spec is None:
         summary = f"Requirements for: {inputs_of(state)['description']}"
@@ -523,9 +592,10 @@ def plan_approval(state: Mapping[str, Any]) -> Approval:
     from shep.workflows.feature_specs import validate_plan, validate_tasks
 
     spec_dir = spec_dir_of(state)
-    root = Path(state.get("repo") or ".") / spec_dir
-    plan, _ = validate_plan(root / "plan.yaml")
-    tasks = validate_tasks(root / "tasks.yaml", plan)[0] if plan else None
+    repo = Path(state.get("repo") or ".")
+    root = repo / spec_dir
+    plan, _ = validate_plan(root / "plan.yaml", inside=repo)
+    tasks = validate_tasks(root / "tasks.yaml", plan, inside=repo)[0] if plan else None
     artifacts = (f"{spec_dir}/research.yaml", f"{spec_dir}/plan.yaml", f"{spec_dir}/tasks.yaml")
     if plan is None or tasks is None:
         return Approval(summary=f"Plan for: {inputs_of(state)['description']}", artifacts=artifacts)

@@ -103,7 +103,9 @@ def test_requirements_without_answers_ask_one_question(repo: Path) -> None:
     """A first requirements pass writes a valid spec with one open question, one option
     recommended, on the worktree's branch (git's, not the prompt's)."""
     requirements(repo)
-    spec, errors = validate_spec(repo / SPEC_DIR / "spec.yaml", number=1, branch=BRANCH)
+    spec, errors = validate_spec(
+        repo / SPEC_DIR / "spec.yaml", number=1, branch=BRANCH, inside=repo
+    )
     assert errors == []
     assert spec is not None
     assert spec.name == "Add login with a password"
@@ -125,7 +127,9 @@ def test_requirements_with_answers_ask_nothing_and_use_them(repo: Path) -> None:
         "- Where should the feature's code live?: A new directory",
         "Take them into account; ask only what is still open.",
     )
-    spec, errors = validate_spec(repo / SPEC_DIR / "spec.yaml", number=1, branch=BRANCH)
+    spec, errors = validate_spec(
+        repo / SPEC_DIR / "spec.yaml", number=1, branch=BRANCH, inside=repo
+    )
     assert errors == []
     assert spec is not None
     assert spec.open_questions == []
@@ -138,7 +142,7 @@ def test_requirements_outside_git_uses_the_prompts_branch(tmp_path: Path) -> Non
     spec directory's name."""
     run(tmp_path, prompt("requirements").replace("001-add-login", "007-add-login"))
     path = tmp_path / "specs/007-add-login/spec.yaml"
-    spec, errors = validate_spec(path, number=7, branch="feat/from-the-prompt")
+    spec, errors = validate_spec(path, number=7, branch="feat/from-the-prompt", inside=tmp_path)
     assert errors == []
     assert spec is not None
 
@@ -147,15 +151,15 @@ def test_research_plan_and_tasks_validate(repo: Path) -> None:
     """research.yaml has decisions; plan.yaml and tasks.yaml fit together: a serial phase
     with one task, then a parallel phase whose two tasks run side by side."""
     plan_files(repo)
-    research, errors = validate_research(repo / SPEC_DIR / "research.yaml")
+    research, errors = validate_research(repo / SPEC_DIR / "research.yaml", inside=repo)
     assert errors == []
     assert research is not None
     assert 1 <= len(research.decisions) <= 2
-    plan, errors = validate_plan(repo / SPEC_DIR / "plan.yaml")
+    plan, errors = validate_plan(repo / SPEC_DIR / "plan.yaml", inside=repo)
     assert errors == []
     assert plan is not None
     assert [(p.id, p.parallel) for p in plan.phases] == [("p1", False), ("p2", True)]
-    tasks, errors = validate_tasks(repo / SPEC_DIR / "tasks.yaml", plan)
+    tasks, errors = validate_tasks(repo / SPEC_DIR / "tasks.yaml", plan, inside=repo)
     assert errors == []
     assert tasks is not None
     assert [[t.id for t in group] for group in parallel_groups(plan, tasks)] == [
@@ -174,7 +178,7 @@ def test_plan_follows_the_repositorys_main_language(tmp_path: Path) -> None:
     for name in ("a.ts", "b.ts", "c.ts"):
         (tmp_path / "src" / name).write_text("export {};\n")
     run(tmp_path, prompt("plan"))
-    plan, errors = validate_plan(tmp_path / SPEC_DIR / "plan.yaml")
+    plan, errors = validate_plan(tmp_path / SPEC_DIR / "plan.yaml", inside=tmp_path)
     assert errors == []
     assert plan is not None
     assert [f.path for f in plan.files] == [
@@ -247,7 +251,7 @@ def test_repair_fixes_a_broken_plan(repo: Path) -> None:
     plan_files(repo)
     broken = repo / SPEC_DIR / "plan.yaml"
     broken.write_text("phases: []\nfiles: [{path: /etc/passwd, action: delete}]\n")
-    _, errors = validate_plan(broken)
+    _, errors = validate_plan(broken, inside=repo)
     assert errors
     run(
         repo,
@@ -257,10 +261,10 @@ def test_repair_fixes_a_broken_plan(repo: Path) -> None:
             *(f"- {e}" for e in errors),
         ),
     )
-    plan, errors = validate_plan(broken)
+    plan, errors = validate_plan(broken, inside=repo)
     assert errors == []
     assert plan is not None
-    assert validate_tasks(repo / SPEC_DIR / "tasks.yaml", plan)[1] == []
+    assert validate_tasks(repo / SPEC_DIR / "tasks.yaml", plan, inside=repo)[1] == []
 
 
 @pytest.mark.parametrize("name", ["spec.yaml", "research.yaml", "tasks.yaml"])
@@ -276,15 +280,15 @@ def test_repair_fixes_every_kind_of_file(repo: Path, name: str) -> None:
     run(repo, prompt(f"repair file={SPEC_DIR}/{name}", "Validation errors:", "- broken"))
     path = repo / SPEC_DIR / name
     if name == "spec.yaml":
-        spec, errors = validate_spec(path, number=1, branch=BRANCH)
+        spec, errors = validate_spec(path, number=1, branch=BRANCH, inside=repo)
         assert spec is not None
         assert spec.open_questions == []
     elif name == "research.yaml":
-        errors = validate_research(path)[1]
+        errors = validate_research(path, inside=repo)[1]
     else:
-        plan, _ = validate_plan(repo / SPEC_DIR / "plan.yaml")
+        plan, _ = validate_plan(repo / SPEC_DIR / "plan.yaml", inside=repo)
         assert plan is not None
-        tasks, errors = validate_tasks(path, plan)
+        tasks, errors = validate_tasks(path, plan, inside=repo)
         assert tasks is not None
         assert {t.phase for t in tasks.tasks} == {"build"}
     assert errors == []

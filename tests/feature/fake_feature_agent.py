@@ -28,7 +28,8 @@ optional; counters live in ``FEATURE_STATE``, a directory, across calls):
   behaviour: ``{"hang": true}`` (write a ``cut off`` line to each of the task's
   files, sleep ``hang_seconds`` (default 120) or until the file ``until`` exists,
   then write a ``woke up`` line and go on), ``{"exit": CODE}`` (fail with an error
-  result), ``{}`` (the default).
+  result), ``{"shell": "COMMAND"}`` (run ``sh -c COMMAND`` in the worktree first, as an
+  agent's shell tool would, then act as usual), ``{}`` (the default).
 - ``after_hang_of``: {key: other key}: the task ``key`` starts its work only once
   the call ``other key`` hangs (so a parallel sibling is surely half-written).
 
@@ -251,6 +252,8 @@ class Call:
 
     def act(self, behaviour: dict[str, Any]) -> str:
         step = self.step
+        if behaviour.get("shell"):
+            subprocess.run(["sh", "-c", behaviour["shell"]], check=True)
         if step == "analyze":
             return "The repository is small; the feature fits under src/."
         if step == "requirements":

@@ -53,6 +53,7 @@ from shep import git as sgit
 from shep.cli import main
 from shep.cli.feat_views import DurationError, human_size, parse_duration
 from shep.feature import FeaturePlan, create_feature_run, make_worktree, plan_feature
+from shep.git_merge import advance_base, prepare_squash
 from shep.identity import host_name, process_start
 from tests.feature.conftest import git
 from tests.gates.event_log import assert_rebuild_equals_incremental
@@ -214,8 +215,9 @@ def _merge(store: EventStore, run_id: UUID, plan: FeaturePlan) -> str:
     """
     (plan.worktree / "feature.txt").write_text("done\n")
     sgit.commit_all(plan.worktree, "the feature")
-    merged = sgit.squash_merge(plan.source_repo, plan.base, plan.branch, "squash")
+    merged = prepare_squash(plan.source_repo, plan.base, plan.branch, "squash")
     assert merged.commit is not None
+    advance_base(plan.source_repo, merged)
     _append(
         store,
         run_id,

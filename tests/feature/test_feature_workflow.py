@@ -788,11 +788,12 @@ def test_uncommitted_changes_in_the_users_checkout_ask_and_retry_merges_after_co
 def test_sigkill_right_after_the_base_moved_still_records_the_merge(
     repo: Path, agent: FeatureAgent, shep_home: Path, tmp_path: Path
 ) -> None:
-    """The user's post-merge hook SIGKILLs the worker the moment `git merge --ff-only`
-    moved main (before shep recorded anything): `shep resume` finds the squash commit
-    already there, makes no second one, and the log still says the feature was merged,
-    with that commit.
+    """The user's post-merge hook (run: merge_hooks is on) SIGKILLs the worker the moment
+    `git merge --ff-only` moved main (before shep recorded anything): `shep resume` finds
+    the squash commit it recorded as prepared already there, makes no second one, and
+    the log still says the feature was merged, with that commit.
     """
+    shep("settings", "set", "merge_hooks", "on", check=True)
     marker = tmp_path / "killed"
     hook = repo / ".git" / "hooks" / "post-merge"
     hook.write_text(

@@ -7,15 +7,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-import shep.git as sgit
+import shep.git_merge as sgit_merge
 from events.errors import GitError
 from shep.git import (
     DiffStat,
-    MergeResult,
-    PullRequest,
     Worktree,
     add_worktree,
     branch_exists,
@@ -27,17 +26,23 @@ from shep.git import (
     dirty_files,
     free_branch_name,
     has_remote,
-    open_pull_request,
-    push,
     remove_worktree,
     repo_root,
     resolve_commit,
     restore,
     slugify,
     snapshot,
-    squash_merge,
     worktrees,
 )
+from shep.git_merge import (
+    PullRequest,
+    Squash,
+    advance_base,
+    open_pull_request,
+    prepare_squash,
+    push,
+)
+from shep.git_runner import run_git
 
 # The identity the test's own setup commits carry; shep's functions never see it.
 SETUP_IDENTITY = {
@@ -405,11 +410,12 @@ def test_remove_worktree_refuses_a_directory_that_is_no_worktree(
 
 
 def test_delete_branch(repo: Path) -> None:
-    """True when deleted, False when absent; an unmerged branch needs force."""
+    """True when the branch is gone afterwards (deleted now, or absent already); an
+    unmerged branch needs force."""
     git(repo, "branch", "merged")
     assert delete_branch(repo, "merged", force=False) is True
     assert not branch_exists(repo, "merged")
-    assert delete_branch(repo, "merged", force=False) is False
+    assert delete_branch(repo, "merged", force=False) is True
     feature_branch(repo, "unmerged", {"f.txt": "f\n"})
     with pytest.raises(GitError, match="force"):
         delete_branch(repo, "unmerged", force=False)
@@ -647,6 +653,19 @@ def test_diff_stat_ignores_base_commits_after_the_fork(repo: Path) -> None:
 # --- squash merge ------------------------------------------------------------------
 
 
+def squash_merge(repo: Path, base: str, branch: str, message: str) -> Squash:
+    """The merge step's two steps, without its record in between: the squash computed and
+    committed, then the base moved to it when there is a commit."""
+    squash = prepare_squash(repo, base, branch, message)
+    if squash.commit is not None:
+        advance_base(repo, squash)
+    return squash
+
+
+def outcome(squash: Squash) -> tuple[str | None, list[str], bool]:
+    return squash.commit, squash.conflicts, squash.nothing
+
+
 def test_squash_merge_into_the_checked_out_base(repo: Path) -> None:
     """One new commit on main (parent: main's old tip) holding the feature's files; the
     checkout follows it and is clean.
@@ -655,7 +674,8 @@ def test_squash_merge_into_the_checked_out_base(repo: Path) -> None:
     feature_branch(repo, "feat", {"f1.txt": "f1\n", "src/f2.py": "f2\n"}, commits=2)
     result = squash_merge(repo, "main", "feat", "Add the feature")
     assert result.commit is not None
-    assert result == MergeResult(commit=result.commit, conflicts=[], nothing=False)
+    assert outcome(result) == (result.commit, [], False)
+    assert result.tree == git(repo, "rev-parse", f"{result.commit}^{{tree}}").strip()
     assert git(repo, "rev-parse", "main").strip() == result.commit
     assert git(repo, "rev-list", "--parents", "-1", result.commit).split() == [result.commit, old]
     assert git(repo, "log", "-1", "--format=%s|%an", result.commit).strip() == (
@@ -692,7 +712,7 @@ def test_squash_merge_conflict_leaves_the_checkout_exactly_as_it_was(repo: Path)
     before = state(repo)
     index = (repo / ".git" / "index").read_bytes()
     result = squash_merge(repo, "main", "feat", "msg")
-    assert result == MergeResult(commit=None, conflicts=["a.txt"])
+    assert outcome(result) == (None, ["a.txt"], False)
     assert state(repo) == before
     assert (repo / ".git" / "index").read_bytes() == index
     assert not (repo / ".git" / "MERGE_HEAD").exists()
@@ -724,7 +744,7 @@ def test_squash_merge_conflict_off_checkout_changes_nothing(repo: Path) -> None:
     git(repo, "commit", "-q", "-am", "main edit")
     git(repo, "checkout", "-q", "-b", "dev")
     old = git(repo, "rev-parse", "main")
-    assert squash_merge(repo, "main", "feat", "m") == MergeResult(commit=None, conflicts=["a.txt"])
+    assert outcome(squash_merge(repo, "main", "feat", "m")) == (None, ["a.txt"], False)
     assert git(repo, "rev-parse", "main") == old
 
 
@@ -732,10 +752,10 @@ def test_squash_merge_compare_and_set(repo: Path, monkeypatch: pytest.MonkeyPatc
     """main moving while the merge is computed: GitError, and the newer main is kept."""
     feature_branch(repo, "feat", {"f1.txt": "f1\n"})
     git(repo, "checkout", "-q", "-b", "dev")
-    real: Callable[[Path, str, str], tuple[str, list[str]]] = sgit._merge_tree
+    real: Callable[[Any, str, str], tuple[str, list[str]]] = sgit_merge._merge_tree
     moved: list[str] = []
 
-    def racing(where: Path, base_sha: str, tip: str) -> tuple[str, list[str]]:
+    def racing(where: Any, base_sha: str, tip: str) -> tuple[str, list[str]]:
         result = real(where, base_sha, tip)
         tree = git(repo, "rev-parse", "main^{tree}").strip()
         commit = git(repo, "commit-tree", tree, "-p", "main", "-m", "someone else").strip()
@@ -743,7 +763,7 @@ def test_squash_merge_compare_and_set(repo: Path, monkeypatch: pytest.MonkeyPatc
         moved.append(commit)
         return result
 
-    monkeypatch.setattr(sgit, "_merge_tree", racing)
+    monkeypatch.setattr(sgit_merge, "_merge_tree", racing)
     with pytest.raises(GitError, match="main moved while merging; retry"):
         squash_merge(repo, "main", "feat", "m")
     assert git(repo, "rev-parse", "main").strip() == moved[0]
@@ -754,10 +774,10 @@ def test_squash_merge_of_a_branch_without_changes(repo: Path) -> None:
     git(repo, "branch", "empty")
     git(repo, "checkout", "-q", "-b", "dev")
     old = git(repo, "rev-parse", "main")
-    assert squash_merge(repo, "main", "empty", "m") == MergeResult(commit=None, nothing=True)
+    assert outcome(squash_merge(repo, "main", "empty", "m")) == (None, [], True)
     assert git(repo, "rev-parse", "main") == old
     git(repo, "checkout", "-q", "main")
-    assert squash_merge(repo, "main", "empty", "m") == MergeResult(commit=None, nothing=True)
+    assert outcome(squash_merge(repo, "main", "empty", "m")) == (None, [], True)
 
 
 def test_squash_merge_refuses_a_base_checked_out_elsewhere(repo: Path, tmp_path: Path) -> None:
@@ -890,7 +910,7 @@ def test_a_git_that_hangs_times_out(repo: Path) -> None:
     """A git command past its timeout is a GitError naming the command, not a hang."""
     git(repo, "config", "alias.x", "!sleep 5")
     with pytest.raises(GitError, match=r"Cannot wait: git x did not finish within 0\.5s"):
-        sgit._git(repo, "x", doing="wait", timeout=0.5)
+        run_git(repo, "x", doing="wait", timeout=0.5)
 
 
 def test_repository_variables_from_a_hook_do_not_leak(

@@ -125,17 +125,19 @@ def plan_of(data: dict[str, Any] = PLAN) -> Plan:
 
 def test_valid_files_pass_and_are_typed(tmp_path: Path) -> None:
     """Each valid file comes back as its Struct, with defaults filled in and no errors."""
-    spec, errors = validate_spec(write(tmp_path, SPEC), number=1, branch="feat/001-add-login")
+    spec, errors = validate_spec(
+        write(tmp_path, SPEC), number=1, branch="feat/001-add-login", inside=tmp_path
+    )
     assert errors == []
     assert spec is not None
     assert spec.open_questions[0].options[1].recommended is False
     assert spec.open_questions[0].options[1].description == ""
-    research, errors = validate_research(write(tmp_path, RESEARCH))
+    research, errors = validate_research(write(tmp_path, RESEARCH), inside=tmp_path)
     assert (research, errors) == (Research(decisions=[Decision(**RESEARCH["decisions"][0])]), [])
-    plan, errors = validate_plan(write(tmp_path, PLAN))
+    plan, errors = validate_plan(write(tmp_path, PLAN), inside=tmp_path)
     assert (plan, errors) == (plan_of(), [])
     assert plan is not None
-    tasks, errors = validate_tasks(write(tmp_path, TASKS), plan)
+    tasks, errors = validate_tasks(write(tmp_path, TASKS), plan, inside=tmp_path)
     assert errors == []
     assert tasks is not None
     assert tasks.tasks[1].files == []
@@ -144,7 +146,9 @@ def test_valid_files_pass_and_are_typed(tmp_path: Path) -> None:
 
 def test_spec_without_open_questions_and_without_branch_check(tmp_path: Path) -> None:
     """An empty open_questions list is fine; without ``branch`` any non-empty branch passes."""
-    spec, errors = validate_spec(write(tmp_path, with_(SPEC, "open_questions", [])), number=1)
+    spec, errors = validate_spec(
+        write(tmp_path, with_(SPEC, "open_questions", [])), number=1, inside=tmp_path
+    )
     assert errors == []
     assert spec is not None
     assert spec.open_questions == []
@@ -163,7 +167,7 @@ def test_yaml_12_booleans_and_no_dates(tmp_path: Path) -> None:
     )
     path = tmp_path / "research.yaml"
     path.write_text(text)
-    research, errors = validate_research(path)
+    research, errors = validate_research(path, inside=tmp_path)
     assert errors == []
     assert research is not None
     assert research.decisions[0] == Decision(
@@ -177,21 +181,21 @@ def test_dump_yaml_round_trips(tmp_path: Path, value: str) -> None:
     path = write(tmp_path, {"SPEC": SPEC, "RESEARCH": RESEARCH, "PLAN": PLAN}[value])
     loaded: Any
     if value == "SPEC":
-        loaded, _ = validate_spec(path, number=1)
+        loaded, _ = validate_spec(path, number=1, inside=tmp_path)
     elif value == "RESEARCH":
-        loaded, _ = validate_research(path)
+        loaded, _ = validate_research(path, inside=tmp_path)
     else:
-        loaded, _ = validate_plan(path)
+        loaded, _ = validate_plan(path, inside=tmp_path)
     assert loaded is not None
     path.write_text(dump_yaml(loaded))
     again: Any
     if value == "SPEC":
-        again, _ = validate_spec(path, number=1)
+        again, _ = validate_spec(path, number=1, inside=tmp_path)
         assert "content: |" in path.read_text()
     elif value == "RESEARCH":
-        again, _ = validate_research(path)
+        again, _ = validate_research(path, inside=tmp_path)
     else:
-        again, _ = validate_plan(path)
+        again, _ = validate_plan(path, inside=tmp_path)
     assert again == loaded
 
 
@@ -254,14 +258,18 @@ SPEC_CASES = [
 @pytest.mark.parametrize(("field", "value", "error"), SPEC_CASES)
 def test_spec_rules(tmp_path: Path, field: str, value: object, error: str) -> None:
     """Each broken spec field fails with one line naming the field path."""
-    spec, errors = validate_spec(write(tmp_path, with_(SPEC, field, value)), number=1)
+    spec, errors = validate_spec(
+        write(tmp_path, with_(SPEC, field, value)), number=1, inside=tmp_path
+    )
     assert spec is None
     assert errors == [error]
 
 
 def test_spec_branch_must_match_when_given(tmp_path: Path) -> None:
     """With ``branch``, the spec's branch must be the run's."""
-    spec, errors = validate_spec(write(tmp_path, SPEC), number=1, branch="feat/other")
+    spec, errors = validate_spec(
+        write(tmp_path, SPEC), number=1, branch="feat/other", inside=tmp_path
+    )
     assert spec is None
     assert errors == ["branch: is 'feat/001-add-login', but the run's branch is 'feat/other'"]
 
@@ -269,7 +277,7 @@ def test_spec_branch_must_match_when_given(tmp_path: Path) -> None:
 def test_every_problem_is_reported(tmp_path: Path) -> None:
     """Errors are not stopped at the first: each bad field gets its own line."""
     data = with_(with_(with_(SPEC, "size", "huge"), "name", _DELETE), "one_liner", "a\nb")
-    _, errors = validate_spec(write(tmp_path, data), number=1)
+    _, errors = validate_spec(write(tmp_path, data), number=1, inside=tmp_path)
     assert errors == [
         "name: missing required field",
         "one_liner: must be a single line",
@@ -289,7 +297,9 @@ RESEARCH_CASES = [
 @pytest.mark.parametrize(("field", "value", "error"), RESEARCH_CASES)
 def test_research_rules(tmp_path: Path, field: str, value: object, error: str) -> None:
     """Research needs at least one decision, each with non-empty strings."""
-    research, errors = validate_research(write(tmp_path, with_(RESEARCH, field, value)))
+    research, errors = validate_research(
+        write(tmp_path, with_(RESEARCH, field, value)), inside=tmp_path
+    )
     assert research is None
     assert errors == [error]
 
@@ -331,7 +341,7 @@ PLAN_CASES = [
 @pytest.mark.parametrize(("field", "value", "error"), PLAN_CASES)
 def test_plan_rules(tmp_path: Path, field: str, value: object, error: str) -> None:
     """Plan phases need unique ids; files need relative in-worktree paths and a known action."""
-    plan, errors = validate_plan(write(tmp_path, with_(PLAN, field, value)))
+    plan, errors = validate_plan(write(tmp_path, with_(PLAN, field, value)), inside=tmp_path)
     assert plan is None
     assert errors == [error]
 
@@ -355,7 +365,9 @@ TASK_CASES = [
 @pytest.mark.parametrize(("field", "value", "error"), TASK_CASES)
 def test_task_rules(tmp_path: Path, field: str, value: object, error: str) -> None:
     """Tasks need unique ids, a phase of the plan, and at least one acceptance criterion."""
-    tasks, errors = validate_tasks(write(tmp_path, with_(TASKS, field, value)), plan_of())
+    tasks, errors = validate_tasks(
+        write(tmp_path, with_(TASKS, field, value)), plan_of(), inside=tmp_path
+    )
     assert tasks is None
     assert errors == [error]
 
@@ -380,7 +392,7 @@ def test_file_level_problems_are_one_error(tmp_path: Path, text: str, error: str
         path.write_bytes(b"\xff\xfe name")
     else:
         path.write_text(text)
-    spec, errors = validate_spec(path, number=1)
+    spec, errors = validate_spec(path, number=1, inside=tmp_path)
     assert spec is None
     assert len(errors) == 1
     assert "\n" not in errors[0]
@@ -392,8 +404,11 @@ def test_file_level_problems_are_one_error(tmp_path: Path, text: str, error: str
 
 def test_missing_file_is_one_error(tmp_path: Path) -> None:
     """A file that is not there is reported, not raised."""
-    assert validate_plan(tmp_path / "plan.yaml") == (None, ["plan.yaml: file not found"])
-    assert validate_tasks(tmp_path / "tasks.yaml", plan_of()) == (
+    assert validate_plan(tmp_path / "plan.yaml", inside=tmp_path) == (
+        None,
+        ["plan.yaml: file not found"],
+    )
+    assert validate_tasks(tmp_path / "tasks.yaml", plan_of(), inside=tmp_path) == (
         None,
         ["tasks.yaml: file not found"],
     )
@@ -402,7 +417,7 @@ def test_missing_file_is_one_error(tmp_path: Path) -> None:
 def test_a_directory_is_unreadable_not_raised(tmp_path: Path) -> None:
     """A directory where the file should be is one error."""
     (tmp_path / "research.yaml").mkdir()
-    research, errors = validate_research(tmp_path / "research.yaml")
+    research, errors = validate_research(tmp_path / "research.yaml", inside=tmp_path)
     assert research is None
     assert len(errors) == 1
     assert errors[0].startswith("research.yaml: cannot read the file")
@@ -510,3 +525,33 @@ def test_parallel_groups_take_a_plain_list_of_tasks() -> None:
     listed = [task("t1", "p2", "a.py"), task("t2", "p2", "b.py")]
     assert ids(parallel_groups(PHASES, listed)) == ids(parallel_groups(PHASES, Tasks(tasks=listed)))
     assert ids(parallel_groups(PHASES, listed)) == [["t1", "t2"]]
+
+
+@pytest.mark.parametrize("linked", ["specs/001-x/spec.yaml", "specs/001-x", "specs"])
+def test_a_spec_file_reached_through_a_symbolic_link_is_not_read(
+    tmp_path: Path, linked: str
+) -> None:
+    """A spec file that is a symbolic link, or lies under one (the spec directory or
+    ``specs`` itself), is one error naming the link; the file it points at is not read,
+    even when it would validate.
+    """
+    worktree = tmp_path / "worktree"
+    outside = tmp_path / "outside"
+    real = outside / "specs" / "001-x"
+    real.mkdir(parents=True)
+    write(real, SPEC, "spec.yaml")
+    if linked.endswith("spec.yaml"):
+        (worktree / "specs" / "001-x").mkdir(parents=True)
+        (worktree / "specs" / "001-x" / "spec.yaml").symlink_to(real / "spec.yaml")
+    elif linked == "specs/001-x":
+        (worktree / "specs").mkdir(parents=True)
+        (worktree / "specs" / "001-x").symlink_to(real)
+    else:
+        worktree.mkdir()
+        (worktree / "specs").symlink_to(outside / "specs")
+    path = worktree / "specs" / "001-x" / "spec.yaml"
+    spec, errors = validate_spec(path, number=1, inside=worktree)
+    assert spec is None
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.yaml: not read: ")
+    assert f"goes through {linked}, a symbolic link" in errors[0]

@@ -66,6 +66,24 @@ def test_happy_path_question_then_gate(repo: Path, fake_claude: Path, agent_log:
 
 
 @pytest.mark.slow
+def test_an_artifact_that_is_a_link_out_of_the_repository_is_not_read(
+    repo: Path, fake_claude: Path, tmp_path: Path
+) -> None:
+    """The file a gate asks to approve is a symbolic link to a file outside the repository:
+    the inbox item names it with no hash, as a file that could not be read; the outside
+    file's content (or its hash) is never what is approved.
+    """
+    import hashlib
+
+    secret = tmp_path / "outside-secret.md"
+    secret.write_text("the user's private notes\n")
+    run_id = _start(repo, "linked-artifact", "--input", f"outside={secret}")
+    gate = _waiting_on(run_id, "approval")
+    assert gate["artifacts"] == [{"path": "shep-review.md", "sha256": ""}]
+    assert hashlib.sha256(secret.read_bytes()).hexdigest() not in json.dumps(_inbox())
+
+
+@pytest.mark.slow
 def test_escape_codes_in_answers_never_reach_a_terminal(
     repo: Path, fake_claude: Path, agent_log: Path
 ) -> None:

@@ -4,6 +4,8 @@
 -> approve (gate on draft; a rejection loops back to draft) -> finish (agent).
 ``two-questions``: two questions asked in parallel branches, then a
 deterministic join that writes both answers to a file.
+``linked-artifact``: a deterministic step makes the approved file a symbolic link to
+the file its ``outside`` input names (as an agent or a repository could), then a gate.
 """
 
 from __future__ import annotations
@@ -148,4 +150,39 @@ TWO_QUESTIONS = Workflow(
     build=_build_parallel,
 )
 
-WORKFLOWS = (GATED_REVIEW, TWO_QUESTIONS)
+
+def _link(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
+    (io.repo / REVIEW_FILE).symlink_to(io.inputs["outside"])
+    return {}
+
+
+LINK = DeterministicStep(name="link", title="Link", run=_link)
+APPROVE_LINKED = ApprovalGate(
+    name="approve",
+    title="Approve the linked file",
+    phase="link",
+    approval=lambda state: Approval(summary="A file to approve", artifacts=(REVIEW_FILE,)),
+)
+
+
+def _build_linked(kit: NodeKit) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(ReviewState)
+    for step in (LINK, APPROVE_LINKED):
+        add_step(graph, kit, step)
+    graph.add_edge(START, "link")
+    graph.add_edge("link", "approve")
+    graph.add_conditional_edges("approve", route_gate(APPROVE_LINKED, END), ["link", END])
+    return graph
+
+
+LINKED_ARTIFACT = Workflow(
+    name="linked-artifact",
+    description="Test workflow: the approved file is a symbolic link out of the repository.",
+    steps=(LINK, APPROVE_LINKED),
+    build=_build_linked,
+    inputs={"outside": "the file the link points at"},
+)
+
+WORKFLOWS = (GATED_REVIEW, TWO_QUESTIONS, LINKED_ARTIFACT)

@@ -70,6 +70,35 @@ def test_agent_written_report_is_kept(
     assert "shep-analysis.md" in artifact[0]["message"]
 
 
+@pytest.mark.slow
+def test_the_report_is_never_written_or_read_through_a_symbolic_link(
+    repo: Path, fake_claude: Path, tmp_path: Path
+) -> None:
+    """The repository holds links where shep writes its report (the report itself, and its
+    temporary file) pointing at files outside it: both outside files keep their bytes,
+    the report is a plain file in the repository, and its recorded hash is the report's.
+    """
+    import hashlib
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    notes, victim = outside / "notes.md", outside / "victim.txt"
+    notes.write_text("the user's notes\n")
+    victim.write_text("the user's file\n")
+    (repo / "shep-analysis.md").symlink_to(notes)
+    (repo / ".shep-analysis.md.shep-tmp").symlink_to(victim)
+    result = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert notes.read_text() == "the user's notes\n"
+    assert victim.read_text() == "the user's file\n"
+    report = repo / "shep-analysis.md"
+    assert not report.is_symlink()
+    assert report.read_text().startswith("# Repository analysis")
+    run_id = json.loads(shep("status", "--all", "--json").stdout)[0]["run_id"]
+    logged = shep("logs", run_id, "--json").stdout
+    assert hashlib.sha256(report.read_bytes()).hexdigest()[:12] in logged
+
+
 def test_auth_error_fails_the_run_without_retry(
     repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

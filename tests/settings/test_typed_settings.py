@@ -196,6 +196,8 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "worktree_setup_timeout: 600\n"
         'test_command: ""\n'
         "test_timeout: 1800\n"
+        "merge_hooks: off\n"
+        "git_filters: off\n"
     )
     data = json.loads(shep("settings", "show", "--json", check=True).stdout)
     assert {k: data[k] for k in SETTINGS} == {
@@ -216,6 +218,8 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "worktree_setup_timeout": 600.0,
         "test_command": "",
         "test_timeout": 1800.0,
+        "merge_hooks": False,
+        "git_filters": False,
     }
 
 

@@ -47,6 +47,8 @@ DEFAULTS = {
     "worktree_setup_timeout": 600.0,
     "test_command": "",
     "test_timeout": 1800.0,
+    "merge_hooks": False,
+    "git_filters": False,
 }
 
 SHOWN_DEFAULTS = (
@@ -62,6 +64,10 @@ SHOWN_DEFAULTS = (
     "worktree_setup_timeout   600    (seconds worktree_setup_command may run)\n"
     "test_command             \"\"     (runs a feature's tests ('': shep detects one))\n"
     "test_timeout             1800   (seconds test_command may run)\n"
+    "merge_hooks              off    "
+    "(run the repository's git hooks when shep merges into your branch)\n"
+    "git_filters              off    "
+    "(let shep's git run the filter and merge drivers of git's config (git-lfs))\n"
 )
 
 

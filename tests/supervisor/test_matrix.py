@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import pytest
 
 from commands.answer_question import answer_question
@@ -679,3 +680,37 @@ def test_with_the_flag_off_the_supervisor_reads_and_writes_nothing(
     assert handled < last_followed(store)
     assert decided(store, item) is None
     assert decisions(store, run) == []
+
+
+def test_the_evaluator_never_sees_a_file_through_a_link_out_of_the_repository(
+    on: EventStore, repo: Path, tmp_path: Path
+) -> None:
+    """A gate's approved file is a symbolic link to a file outside the repository whose
+    hash matches what was asked: its content is not read into the evaluator's prompt; a
+    plain file's is.
+    """
+    import hashlib
+
+    from events.inbox import ArtifactRef
+
+    secret = tmp_path / "secret.md"
+    secret.write_text("PRIVATE-NOTES-OUTSIDE-THE-REPOSITORY\n")
+    (repo / "linked.md").symlink_to(secret)
+    (repo / "plain.md").write_text("THE-SPEC-TO-APPROVE\n")
+    policy(on, autonomy="advisory")
+    evaluator = approving("prd")
+    gate = msgspec.structs.replace(
+        feature_gate("prd"),
+        artifacts=[
+            ArtifactRef(path=name, sha256=hashlib.sha256(content).hexdigest())
+            for name, content in (
+                ("linked.md", secret.read_bytes()),
+                ("plain.md", (repo / "plain.md").read_bytes()),
+            )
+        ],
+    )
+    ask(on, repo, [gate])
+    drain(on, evaluator)
+    [prompt] = evaluator.prompts
+    assert "THE-SPEC-TO-APPROVE" in prompt
+    assert "PRIVATE-NOTES-OUTSIDE-THE-REPOSITORY" not in prompt
