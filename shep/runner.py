@@ -49,6 +49,7 @@ from events.inbox import item_stream_id
 from events.runs import NodeStarted, RunStatus, RunSuspended
 from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
+from shep.agents.process import output_limits
 from shep.heartbeat import Heartbeat
 from shep.identity import host_name
 from shep.nodes import RunKit
@@ -110,6 +111,7 @@ class Runner:
             binary=self.settings.binary if same else None,
             # Lets `shep cancel` find the agent's processes even if this worker is gone.
             env={"SHEP_RUN_ID": self.run_id.hex},
+            limits=output_limits(self.settings.counts["agent_output_mib"]),
         )
 
     @property

@@ -7,6 +7,7 @@ so tests can prove which nodes ran when. Misbehaviours, by ``FAKE_FAIL``:
 ``401`` (an auth error, exit 1), ``529-once`` (overloaded the first time for
 each node, then fine; state in ``FAKE_STATE``), ``hang`` (sleep forever).
 ``FAKE_WRITE_REPORT=1`` makes the report step write shep-analysis.md itself.
+``FAKE_NOISE_MB=N`` prints one line of N MiB (not JSON) before each answer.
 Steps of other workflows are named by a ``[step:NAME]`` marker in the prompt.
 """
 
@@ -119,6 +120,10 @@ def main() -> int:
         }
     )
     time.sleep(float(os.environ.get("FAKE_DELAY", "0.05")))
+    noise = int(os.environ.get("FAKE_NOISE_MB", "0"))
+    if noise:
+        sys.stdout.write("x" * (noise << 20) + "\n")
+        sys.stdout.flush()
     if node == "report":
         text = "# Repository analysis: fake\n\nSummary from the fake agent.\n\n1. Add tests."
         if os.environ.get("FAKE_WRITE_REPORT") == "1":
