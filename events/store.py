@@ -97,8 +97,24 @@ class EventStore:
 
     @property
     def given_up(self) -> bool:
-        """The shared store stayed away past ``retry_for``: every call now fails at once."""
+        """The shared store stayed away past ``retry_for``, or the store was given up
+        (``give_up``): every call now fails at once."""
         return self._gave_up is not None
+
+    def give_up(self, error: StoreError) -> None:
+        """From now on every call fails at once with ``error`` (``given_up``): for a worker
+        whose store is gone (``file_moved``), so that nothing more is written anywhere.
+        """
+        self._gave_up = error
+
+    def file_moved(self) -> str | None:
+        """Whether the store's path still names the SQLite file this store opened: None if
+        it does (or for a shared store), else ``"deleted"`` or ``"replaced"``.
+
+        Writes through an open connection go to the file it opened, wherever its path
+        points now: into a deleted file, or beside a new one (a new home, a restore).
+        """
+        return None if self.url is not None else cast(str | None, self.datastore.file_moved())
 
     def _pg_has_tables(self) -> bool:
         with self.datastore.transaction(commit=False) as curs:
