@@ -48,6 +48,10 @@ T = TypeVar("T")
 #: Bumped when the schema changes; tables are created when the file is older.
 SCHEMA_VERSION = 1
 
+#: Waiting for a lost shared store: the first pause, doubled up to the longest.
+RETRY_FIRST_DELAY = 0.2
+RETRY_LONGEST_DELAY = 5.0
+
 
 class EventStore:
     """Append events to streams with optimistic concurrency; load a stream back."""
@@ -155,7 +159,7 @@ class EventStore:
         started = time.monotonic()
         if self.on_retry is not None:
             self.on_retry(f"lost the shared store ({self._error(error)}); retrying")
-        delay = 0.2
+        delay = RETRY_FIRST_DELAY
         while True:
             try:
                 self.recorder.max_notification_id()
@@ -167,7 +171,7 @@ class EventStore:
                         self.on_retry(f"gave up after {waited:.1f}s: {self._gave_up}")
                     raise self._gave_up from e
                 time.sleep(min(delay, max(0.0, self.retry_for - waited)))
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, RETRY_LONGEST_DELAY)
                 continue
             if self.on_retry is not None:
                 self.on_retry(f"the shared store is back after {time.monotonic() - started:.1f}s")
