@@ -35,10 +35,18 @@ class QuestionOption(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ArtifactRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A file an approval is about, with the hash of the content being approved."""
+    """Something an approval is about, with the hash of the content being approved.
+
+    ``kind`` ``file``: ``path`` is a file of the worktree, ``sha256`` its content's
+    (empty when it could not be read). ``diff``: the change a merge brings, ``path``
+    ``BASE..TREE`` (the base commit and the worktree's tree), ``sha256`` of those two
+    ids. ``tests``: the test result, ``path`` the command, ``sha256`` of the command
+    and its exit code.
+    """
 
     path: str
     sha256: str
+    kind: str = "file"
 
 
 class QuestionAsked(Event, frozen=True, kw_only=True):
@@ -58,6 +66,9 @@ class QuestionAsked(Event, frozen=True, kw_only=True):
     iteration: int = 1
     interrupt_id: str = ""
     deadline: str | None = None
+    #: A fork made with ``--reapply-answers``: whether the origin's answer was reapplied
+    #: to this question, and why (None when the origin asked no such question).
+    reapply: str | None = None
 
 
 class QuestionAnswered(Event, frozen=True, kw_only=True):
@@ -89,6 +100,10 @@ class ApprovalRequested(Event, frozen=True, kw_only=True):
     artifacts: list[ArtifactRef] = []
     iteration: int = 1
     interrupt_id: str = ""
+    #: A fork made with ``--reapply-answers``: whether the origin's decision was reapplied
+    #: to this gate, and why; it is only when every artifact is byte-identical to those
+    #: the origin's decision was about (None when the origin asked no such gate).
+    reapply: str | None = None
 
 
 class ApprovalGranted(Event, frozen=True, kw_only=True):

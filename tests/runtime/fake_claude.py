@@ -8,6 +8,7 @@ so tests can prove which nodes ran when. Misbehaviours, by ``FAKE_FAIL``:
 each node, then fine; state in ``FAKE_STATE``), ``hang`` (sleep forever).
 ``FAKE_WRITE_REPORT=1`` makes the report step write shep-analysis.md itself.
 ``FAKE_NOISE_MB=N`` prints one line of N MiB (not JSON) before each answer.
+``FAKE_SUFFIX`` is added to the findings of every step (another take of the same work).
 Steps of other workflows are named by a ``[step:NAME]`` marker in the prompt.
 """
 
@@ -131,6 +132,7 @@ def main() -> int:
                 f.write("# Written by the agent itself\n")
     else:
         text = f"Findings of step {node}: line one.\nLine two of {node}."
+        text += os.environ.get("FAKE_SUFFIX", "")
     emit(
         {
             "type": "assistant",
