@@ -141,6 +141,8 @@ def wait_for_decision(
             if lost_at is None:
                 lost_at = time.monotonic()
                 say(f"lost the shared store ({e}); retrying")
+            # A store that gave up (past its window) fails at once for good: start afresh.
+            runtime.close()
             time.sleep(delay)
             delay = min(delay * 2, RETRY_LONGEST_DELAY)
             continue
