@@ -45,6 +45,8 @@ class Ask(msgspec.Struct, frozen=True, kw_only=True):
     summary: str = ""
     phase: str = ""
     artifacts: list[ArtifactRef] = []
+    #: Why the origin's decision was (not) reapplied, in a fork with --reapply-answers.
+    reapply: str | None = None
 
 
 def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
@@ -67,6 +69,7 @@ def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
             iteration=ask.iteration,
             interrupt_id=ask.interrupt_id,
             deadline=deadline,
+            reapply=ask.reapply,
         )
     return ApprovalRequested(
         originator_id=item_id,
@@ -79,6 +82,7 @@ def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
         artifacts=list(ask.artifacts),
         iteration=ask.iteration,
         interrupt_id=ask.interrupt_id,
+        reapply=ask.reapply,
     )
 
 

@@ -8,6 +8,8 @@ command, the merge, push and pull request, and the worktree's removal), so
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from events.base import Event
 from events.runs import Usage
 
@@ -17,13 +19,20 @@ FEATURE_FAST = "feature-fast"
 FEATURE_WORKFLOW_NAMES = frozenset({FEATURE, FEATURE_FAST})
 
 
-class WorktreeCreated(Event, frozen=True, kw_only=True):
+class WorktreeCreated(Event, frozen=True, kw_only=True, tag_field="class_version", tag=2):
     """The run's branch and worktree exist: made from ``base`` at ``base_sha``.
 
     ``git_dir``: the git directory git made for the worktree, through which shep's own git
     reaches it (never through the worktree's ``.git`` file, which the agent can rewrite);
     empty in runs recorded before it was.
     """
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 (shep 0.1.0) had no ``git_dir``."""
+        state.setdefault("git_dir", "")
 
     repo: str
     path: str

@@ -14,6 +14,7 @@ still waits on the item (``overrides``): the user always wins.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, ClassVar
 from uuid import UUID, uuid5
 
 import msgspec
@@ -36,18 +37,33 @@ class QuestionOption(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ArtifactRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A file an approval is about, with the hash of the content being approved."""
+    """Something an approval is about, with the hash of the content being approved.
+
+    ``kind`` ``file``: ``path`` is a file of the worktree, ``sha256`` its content's
+    (empty when it could not be read). ``diff``: the change a merge brings, ``path``
+    ``BASE..TREE`` (the base commit and the worktree's tree), ``sha256`` of those two
+    ids. ``tests``: the test result, ``path`` the command, ``sha256`` of the command
+    and its exit code.
+    """
 
     path: str
     sha256: str
+    kind: str = "file"
 
 
-class QuestionAsked(Event, frozen=True, kw_only=True):
+class QuestionAsked(Event, frozen=True, kw_only=True, tag_field="class_version", tag=2):
     """A workflow asked a person something: 2 to 9 options, one recommended, free text allowed.
 
     ``deadline`` (UTC) is when the recommended option is applied by
     ``system:deadline`` if nobody answered.
     """
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 (shep 0.1.0) had no ``reapply``."""
+        state.setdefault("reapply", None)
 
     run_id: UUID
     node: str
@@ -59,6 +75,9 @@ class QuestionAsked(Event, frozen=True, kw_only=True):
     iteration: int = 1
     interrupt_id: str = ""
     deadline: str | None = None
+    #: A fork made with ``--reapply-answers``: whether the origin's answer was reapplied
+    #: to this question, and why (None when the origin asked no such question).
+    reapply: str | None = None
 
     def offered(self) -> list[QuestionOption]:
         """The options, as the inbox shows them (a question of plain ``choices``: each one
@@ -99,12 +118,19 @@ class QuestionAnswered(Event, frozen=True, kw_only=True):
     overrides: str | None = None
 
 
-class ApprovalRequested(Event, frozen=True, kw_only=True):
+class ApprovalRequested(Event, frozen=True, kw_only=True, tag_field="class_version", tag=2):
     """A workflow gate needs a yes or no before the run goes on.
 
     ``phase`` is the node a rejection sends the run back to; ``artifacts`` are
     the files being approved, each with the sha256 of its content.
     """
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 (shep 0.1.0) had no ``reapply``."""
+        state.setdefault("reapply", None)
 
     run_id: UUID
     node: str
@@ -114,6 +140,10 @@ class ApprovalRequested(Event, frozen=True, kw_only=True):
     artifacts: list[ArtifactRef] = []
     iteration: int = 1
     interrupt_id: str = ""
+    #: A fork made with ``--reapply-answers``: whether the origin's decision was reapplied
+    #: to this gate, and why; it is only when every artifact is byte-identical to those
+    #: the origin's decision was about (None when the origin asked no such gate).
+    reapply: str | None = None
 
 
 class ApprovalGranted(Event, frozen=True, kw_only=True):

@@ -16,6 +16,7 @@ cases (see ``tests/events/test_persistence.py``).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -84,6 +85,14 @@ def translate(error: apsw.Error) -> PersistenceError:
     return PersistenceError(error)
 
 
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 class ApswDatastore:
     """One database file: a small pool of apsw connections and explicit transactions.
 
@@ -113,6 +122,20 @@ class ApswDatastore:
         self._write_lock = file_write_lock(db_name)
         self._listeners: set[threading.Event] = set()
         self._held = threading.local()
+        #: (device, inode) of the file the first connection opened: every later one must
+        #: open that same file, not whatever the path names now (see ``file_moved``).
+        self._file_id: tuple[int, int] | None = None
+
+    def file_moved(self) -> str | None:
+        """None while the path names the file this datastore opened, else ``"deleted"`` or
+        ``"replaced"`` (the home was removed, a new store or a restored copy put there).
+        """
+        if self._file_id is None:
+            return None
+        now = _file_id(self.db_name)
+        if now == self._file_id:
+            return None
+        return "deleted" if now is None else "replaced"
 
     @contextmanager
     def borrow(self) -> Iterator[apsw.Connection]:
@@ -135,13 +158,27 @@ class ApswDatastore:
                     conn.close()
 
     def new_connection(self) -> apsw.Connection:
-        """A new connection with shep's pragmas (the caller closes it)."""
+        """A new connection with shep's pragmas (the caller closes it), to the same file as
+        the first: once the path names another file, ``OperationalError`` instead of a
+        connection that would write into the other log.
+        """
         try:
-            return connect(
+            conn = connect(
                 self.db_name, synchronous=self.synchronous, busy_timeout_ms=self.busy_timeout_ms
             )
         except apsw.Error as e:
             raise translate(e) from e
+        opened = _file_id(self.db_name)
+        if self._file_id is None:
+            self._file_id = opened
+        elif opened != self._file_id:
+            with suppress(apsw.Error):
+                conn.close()
+            raise OperationalError(
+                f"{self.db_name} is no longer the file this store opened (it was deleted "
+                "or replaced)"
+            )
+        return conn
 
     @contextmanager
     def transaction(self, *, commit: bool) -> Iterator[apsw.Cursor]:

@@ -62,7 +62,11 @@ def store_error(error: BaseException, url: str) -> StoreError:
     name = type(cause).__name__
     first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else name
     server = where(url)
-    if name in ("OperationalError", "InterfaceError", "ConnectionTimeout", "PoolTimeout"):
+    # A server shut down or crashed (SQLSTATE 57P: CrashShutdown, AdminShutdown, ...) or a
+    # lost connection (08) is the server going away, as a plain OperationalError is.
+    sqlstate = str(getattr(cause, "sqlstate", "") or "")
+    gone = sqlstate.startswith(("57P", "08"))
+    if gone or name in ("OperationalError", "InterfaceError", "ConnectionTimeout", "PoolTimeout"):
         login = ("password authentication failed", "no password supplied", 'role "')
         if any(words in first_line for words in login):
             return StoreUnavailableError(

@@ -230,6 +230,10 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "agent_timeout": SecondsSetting(
             1800.0, 1.0, WEEK, "seconds an agent call may take (run --timeout)"
         ),
+        # Memory, not volume: output is recorded as it streams (see shep.agents.process).
+        "agent_output_mib": CountSetting(
+            32, 1, 4096, "MiB of an agent's output held in memory at once: its longest line"
+        ),
         "orphan_after": SecondsSetting(
             120.0, 10.0, WEEK, "heartbeat age after which a run is interrupted"
         ),

@@ -47,6 +47,10 @@ from events.schema import DEFAULT_SYNCHRONOUS, store_error
 
 T = TypeVar("T")
 
+#: Waiting for a lost shared store: the first pause, doubled up to the longest.
+RETRY_FIRST_DELAY = 0.2
+RETRY_LONGEST_DELAY = 5.0
+
 
 class EventStore:
     """Append events to streams with optimistic concurrency; load a stream back."""
@@ -101,8 +105,24 @@ class EventStore:
 
     @property
     def given_up(self) -> bool:
-        """The shared store stayed away past ``retry_for``: every call now fails at once."""
+        """The shared store stayed away past ``retry_for``, or the store was given up
+        (``give_up``): every call now fails at once."""
         return self._gave_up is not None
+
+    def give_up(self, error: StoreError) -> None:
+        """From now on every call fails at once with ``error`` (``given_up``): for a worker
+        whose store is gone (``file_moved``), so that nothing more is written anywhere.
+        """
+        self._gave_up = error
+
+    def file_moved(self) -> str | None:
+        """Whether the store's path still names the SQLite file this store opened: None if
+        it does (or for a shared store), else ``"deleted"`` or ``"replaced"``.
+
+        Writes through an open connection go to the file it opened, wherever its path
+        points now: into a deleted file, or beside a new one (a new home, a restore).
+        """
+        return None if self.url is not None else cast(str | None, self.datastore.file_moved())
 
     def _error(self, error: BaseException) -> StoreError:
         if self.url is not None:
@@ -130,7 +150,7 @@ class EventStore:
         started = time.monotonic()
         if self.on_retry is not None:
             self.on_retry(f"lost the shared store ({self._error(error)}); retrying")
-        delay = 0.2
+        delay = RETRY_FIRST_DELAY
         while True:
             try:
                 self.recorder.max_notification_id()
@@ -142,7 +162,7 @@ class EventStore:
                         self.on_retry(f"gave up after {waited:.1f}s: {self._gave_up}")
                     raise self._gave_up from e
                 time.sleep(min(delay, max(0.0, self.retry_for - waited)))
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, RETRY_LONGEST_DELAY)
                 continue
             if self.on_retry is not None:
                 self.on_retry(f"the shared store is back after {time.monotonic() - started:.1f}s")

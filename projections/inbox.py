@@ -77,7 +77,7 @@ def _asked(b: Batch, event: Event) -> None:
 
 def _requested(b: Batch, event: Event) -> None:
     assert isinstance(event, ApprovalRequested)
-    artifacts = [{"path": a.path, "sha256": a.sha256} for a in event.artifacts]
+    artifacts = [{"kind": a.kind, "path": a.path, "sha256": a.sha256} for a in event.artifacts]
     b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, phase, artifacts, "
         "free_text, interrupt_id, status, asked_at) "

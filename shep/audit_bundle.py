@@ -383,8 +383,12 @@ class _Problem(Exception):
         self.where = where
 
 
-def verify_bundle(path: Path) -> BundleReport:
+def verify_bundle(path: Path, *, keep_export: Path | None = None) -> BundleReport:
     """Check a bundle offline; the report names the first problem, its member and position.
+
+    ``keep_export``: where to leave the ``export.jsonl`` that was checked, so that a
+    reader (``shep replay --bundle``) reads the very bytes that verified, not the
+    bundle again.
 
     In order: the tar and its members (present, regular files, safe names); the
     export itself (``verify_export``: the line and log position of a bad event);
@@ -394,7 +398,7 @@ def verify_bundle(path: Path) -> BundleReport:
     """
     try:
         with tempfile.TemporaryDirectory(prefix="shep-bundle-") as work:
-            return _verify(Path(path), Path(work))
+            return _verify(Path(path), Path(work), keep_export)
     except _Problem as p:
         text = f"{p.member}: {p.problem}" if p.member else p.problem
         return BundleReport(
@@ -407,7 +411,7 @@ def verify_bundle(path: Path) -> BundleReport:
         )
 
 
-def _verify(path: Path, work: Path) -> BundleReport:
+def _verify(path: Path, work: Path, keep_export: Path | None) -> BundleReport:
     if not path.is_file():
         raise _Problem(None, f"{path}: no such file")
     try:
@@ -416,7 +420,7 @@ def _verify(path: Path, work: Path) -> BundleReport:
         raise _Problem(None, f"{path} is not a readable tar archive ({e})") from e
     with tar:
         infos = _members(tar)
-        export_path = work / EXPORT_MEMBER
+        export_path = keep_export or work / EXPORT_MEMBER
         with _extract(tar, infos[EXPORT_MEMBER]) as data, export_path.open("wb") as out:
             shutil.copyfileobj(data, out)
         small = {

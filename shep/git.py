@@ -674,3 +674,17 @@ def newest_ref_number(repo: Where, prefix: str) -> int:
     ).stdout.split()
     numbers = [int(n.rsplit("/", 1)[1]) for n in names if n.rsplit("/", 1)[1].isdigit()]
     return max(numbers, default=0)
+
+
+def tree_of(repo: Where, commit: str) -> str:
+    """The sha of ``commit``'s tree: the same for the same files, whatever the history."""
+    done = run_git(
+        repo,
+        "rev-parse",
+        "--verify",
+        "-q",
+        "--end-of-options",
+        f"{commit}^{{tree}}",
+        doing=f"read the tree of {commit}",
+    )
+    return done.stdout.strip()

@@ -6,7 +6,11 @@ epoch, then catches the projections up, so a reader such as ``shep status``
 finds them current instead of paying for a long run's output. When the run
 is no longer the worker's (cancelled, or taken over while it was stopped),
 it calls ``on_lost`` and stops; so it does when a shared store stayed away
-past the worker's window (``EventStore.retry_for``).
+past the worker's window (``EventStore.retry_for``), and when the SQLite file at
+the store's path is no longer the one the worker opened (the home was deleted,
+or a new store or a restored copy put there): then the store is given up, so
+that every later call of the worker fails with one line saying so, and nothing
+more is written into either file.
 """
 
 from __future__ import annotations
@@ -73,20 +77,49 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        projections = open_database(self.db_path)
+        projections = None
+        with contextlib.suppress(ShepError):  # beats go on; the check below says why not
+            projections = open_database(self.db_path)
         try:
             while not self._stop.wait(self.interval):
                 if not self._beat():
                     return
-                with contextlib.suppress(ShepError):
-                    catch_up(projections)
+                if projections is not None:
+                    with contextlib.suppress(ShepError):
+                        catch_up(projections)
         finally:
-            with contextlib.suppress(ShepError):
-                catch_up(projections)
-            projections.close()
+            if projections is not None:
+                if not self.store.given_up:
+                    with contextlib.suppress(ShepError):
+                        catch_up(projections)
+                projections.close()
+
+    def _store_moved(self) -> bool:
+        """Whether the store's file was deleted or replaced; if so, give the store up."""
+        moved = self.store.file_moved()
+        if moved is None:
+            return False
+        short = self.run_id.hex[:8]
+        if moved == "deleted":
+            message = (
+                f"The event store {self.store.path} was deleted while run {short} ran: this "
+                "worker stopped its agent and recorded nothing more."
+            )
+        else:
+            message = (
+                f"The event store {self.store.path} was replaced by another file while run "
+                f"{short} ran: this worker stopped its agent and recorded nothing more, in "
+                f"either file. If it is a restored copy, `shep resume {short}` goes on from "
+                "what it holds."
+            )
+        self.store.give_up(StoreUnavailableError(message))
+        return True
 
     def _beat(self) -> bool:
-        """Record one heartbeat; False once the run is no longer ours."""
+        """Record one heartbeat; False once the run is no longer ours (or its store gone)."""
+        if self._store_moved():
+            self.on_lost()
+            return False
         with self.live.lock:
             node, activity, tokens = self.live.node, self.live.activity, self.live.tokens
         for _ in range(3):

@@ -10,12 +10,17 @@
   (the ``inbox_notice`` setting turns it off).
 
 Cheap when the inbox is empty: one indexed count.
+
+``wait_for_decision`` is the waiter a worker leaves on a run's own host when it
+suspends the run on a shared store: a person may decide from another machine,
+and the run goes on where its repository is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -119,3 +124,75 @@ def notice_enabled(conn: apsw.Connection) -> bool:
     from shep.settings import read_setting_values
 
     return read_setting_values(conn).flags["inbox_notice"]
+
+
+def wait_for_decision(
+    runtime: Runtime, run_hex: str, *, every: float, say: Callable[[str], None]
+) -> int | None:
+    """Poll the shared store every ``every`` seconds until run ``run_hex`` no longer waits
+    here; resume it (``watch_inbox``) once decided. Returns the pid of the worker this
+    waiter started, or None when the run was resumed elsewhere, ended, or left this host.
+
+    A lost server is waited for as a worker waits for it (the same backoff; ``say``
+    tells when it was lost and when it is back), for as long as it takes: the run
+    waits for a person, and the waiter is the only one here to act on the decision.
+    Its own writes (the resume) ride out a lost connection within the orphan window,
+    as a worker's do.
+    """
+    import time
+
+    from events.errors import StoreUnavailableError
+    from events.store import RETRY_FIRST_DELAY, RETRY_LONGEST_DELAY
+
+    lost_at: float | None = None
+    delay = RETRY_FIRST_DELAY
+    while True:
+        try:
+            waiting = _waits_here(runtime, run_hex, say)
+        except StoreUnavailableError as e:
+            if lost_at is None:
+                lost_at = time.monotonic()
+                say(f"lost the shared store ({e}); retrying")
+            # A store that gave up (past its window) fails at once for good: start afresh.
+            runtime.close()
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_LONGEST_DELAY)
+            continue
+        if lost_at is not None:
+            say(f"the shared store is back after {time.monotonic() - lost_at:.1f}s")
+            lost_at, delay = None, RETRY_FIRST_DELAY
+        if run_hex in runtime.resumed:
+            return runtime.resumed[run_hex]
+        if not waiting:
+            return None
+        time.sleep(every)
+
+
+def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> bool:
+    """Bring this home's copy up to date (``StoreUnavailableError`` if the server is away)
+    and resume the run if decided; whether it still waits.
+    """
+    from events.runs import WAITING_STATUSES
+    from projections.mirror import forget_offline, pull, url_of
+    from projections.queries import get_run
+    from projections.runner import catch_up
+    from shep.recovery import orphan_after
+
+    conn = runtime.read_db(catch_up=False)
+    url = url_of(conn)
+    if url is not None:
+        forget_offline()
+        pull(conn, url)
+    catch_up(conn, pull=False)
+    run = get_run(conn, run_hex)
+    if run is None or run["status"] not in {status.value for status in WAITING_STATUSES}:
+        return False
+    if _awaited_decisions(conn):
+        # About to write (the resume): within the orphan window, a lost connection is
+        # waited for and the write made once, as a worker does.
+        store = runtime.store()
+        if store.retry_for <= 0:
+            store.retry_for = orphan_after(conn)
+            store.on_retry = say
+    runtime.check_inbox(notice=False)
+    return True

@@ -49,6 +49,7 @@ from events.inbox import item_stream_id
 from events.runs import NodeStarted, RunStatus, RunSuspended
 from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
+from shep.agents.process import output_limits
 from shep.heartbeat import Heartbeat
 from shep.identity import host_name
 from shep.nodes import RunKit
@@ -98,6 +99,8 @@ class Runner:
         self.asked: list[UUID] = []
         #: A fork's origin's decided items by (node, iteration), for --reapply-answers.
         self._origin_items: dict[tuple[Any, Any], Any] | None = None
+        #: Interrupt ids whose origin's decision was not reapplied, and why (recorded).
+        self._not_reapplied: dict[str, str] = {}
         #: Set when an append was refused: the run is no longer ours to write.
         self._ended = threading.Event()
 
@@ -110,6 +113,7 @@ class Runner:
             binary=self.settings.binary if same else None,
             # Lets `shep cancel` find the agent's processes even if this worker is gone.
             env={"SHEP_RUN_ID": self.run_id.hex},
+            limits=output_limits(self.settings.counts["agent_output_mib"]),
         )
 
     @property
@@ -209,7 +213,9 @@ class Runner:
             if not interrupts:
                 return []
             if not self._decided(interrupts):
-                return [_ask(i.id, i.value) for i in interrupts]
+                return [
+                    _ask(i.id, i.value, reapply=self._not_reapplied.get(i.id)) for i in interrupts
+                ]
             payload = None  # decisions arrived meanwhile: go on with them
 
     def _fork_state(self, saver: Any) -> bool:
@@ -235,12 +241,14 @@ class Runner:
 
     def _reapply(self, interrupts: Sequence[Any]) -> None:
         """``--reapply-answers``: the origin's decisions on the same questions and gates
-        (the same node and iteration), given again.
+        (the same node and iteration), given again where ``check_reapply`` allows: a
+        gate's only on byte-identical artifacts.
 
         Each is recorded on the fork's own item (asked, then decided by the same
-        actor, with ``reapplied_from`` naming the origin's item) before it is used.
+        actor, with ``reapplied_from`` naming the origin's item) before it is used;
+        a gate whose decision is not reapplied is asked with the reason why.
         """
-        from commands.reapply_decision import reapply_decision
+        from commands.reapply_decision import check_reapply, reapply_decision
 
         origin = self.plan.origin_run_id
         if origin is None or not self.plan.reapply_answers:
@@ -259,11 +267,19 @@ class Runner:
             theirs = self._origin_items.get(key)
             if theirs is None:
                 continue
+            verdict = check_reapply(_ask(interrupt.id, interrupt.value), theirs)
+            if not verdict.taken:
+                if interrupt.id not in self._not_reapplied:
+                    self._not_reapplied[interrupt.id] = verdict.reason
+                    self.progress.message(
+                        f"{key[0]}: the decision of run {origin.hex[:8]} {verdict.reason}"
+                    )
+                continue
             try:
                 reapply_decision(
                     self.store,
                     self.run_id,
-                    _ask(interrupt.id, interrupt.value),
+                    _ask(interrupt.id, interrupt.value, reapply=verdict.reason),
                     theirs,
                     epoch=self.epoch,
                 )
@@ -347,11 +363,11 @@ class Runner:
             kit.agents.remember(event)
 
 
-def _ask(interrupt_id: str, value: Mapping[str, Any]) -> Ask:
+def _ask(interrupt_id: str, value: Mapping[str, Any], *, reapply: str | None = None) -> Ask:
     """The inbox item a node's ``interrupt(value)`` asks (see ``shep.nodes.human``)."""
     import msgspec
 
-    return msgspec.convert({**value, "interrupt_id": interrupt_id}, Ask)
+    return msgspec.convert({**value, "interrupt_id": interrupt_id, "reapply": reapply}, Ask)
 
 
 def _stop_own_agents() -> None:

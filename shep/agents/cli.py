@@ -33,7 +33,7 @@ from shep.agents.model import (
     Completed,
     TextDelta,
 )
-from shep.agents.process import AgentProcess, ProcessLimits, ProcessOutcome
+from shep.agents.process import AgentProcess, ProcessLimits, ProcessOutcome, describe_cap
 from shep.agents.spec import AgentSpec
 
 __all__ = [
@@ -181,7 +181,7 @@ class JsonDocument:
     """
 
     def __init__(self) -> None:
-        self.data = bytearray()  # bounded by the process's output cap
+        self.data = bytearray()  # bounded by the output cap (JsonDocumentParser.feed)
 
     def add(self, line: bytes) -> bool:
         """Append a line; ``True`` once the collected text is a complete JSON value."""
@@ -288,6 +288,15 @@ class JsonDocumentParser(CliParser):
 
     def feed(self, line: bytes) -> Iterable[AgentEvent]:
         self._complete = self.document.add(line)
+        cap = self.executor.limits.output_cap
+        if len(self.document.data) > cap:
+            # The whole document is held until it ends: the one output the cap must bound.
+            raise output_error(
+                self.spec,
+                f"printed a JSON document of more than {describe_cap(cap)} (it is held in "
+                "memory whole); shep stopped it. If that is expected, raise the cap: "
+                "shep settings set agent_output_mib N",
+            )
         return ()
 
     def unused_output(self) -> bytes:
@@ -339,6 +348,11 @@ class CliExecutor:
         self._extra_env = dict(env or {})
         self._token = token
         self._limits = limits or ProcessLimits()
+
+    @property
+    def limits(self) -> ProcessLimits:
+        """The bounds of each call's subprocess (time, memory held)."""
+        return self._limits
 
     def __repr__(self) -> str:
         # Never show the token.

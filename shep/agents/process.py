@@ -4,7 +4,13 @@ Each call gets its own process group (``start_new_session``) so that a timeout,
 a cancellation or a child that will not let go of its pipes ends with the whole
 group killed: SIGTERM, then SIGKILL after a grace period. stdout and stderr are
 read by two threads so that a flood on one cannot block the other; stdout is
-handed over line by line and capped, stderr keeps only its tail.
+handed over line by line, stderr keeps only its tail.
+
+What the cap (``output_cap``, the ``agent_output_mib`` setting) bounds is
+memory, not volume: one line longer than it stops the agent, and the lines read
+but not yet handled never add up to more than it (the reader then waits, and the
+agent with it, as a pipe makes a writer wait). A long session that streams
+gigabytes line by line, each handled (recorded) as it comes, never meets it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,16 @@ from typing import IO, TypeAlias
 
 from events.errors import AgentError, AgentNotFoundError, AgentOutputError, AgentTimeoutError
 
-__all__ = ["LAUNCHER", "AgentProcess", "Launcher", "ProcessLimits", "ProcessOutcome", "kill_group"]
+__all__ = [
+    "LAUNCHER",
+    "AgentProcess",
+    "Launcher",
+    "ProcessLimits",
+    "ProcessOutcome",
+    "describe_cap",
+    "kill_group",
+    "output_limits",
+]
 
 #: ``launcher(popen)`` starts an agent's process by calling ``popen()`` (or raises
 #: instead) and returns it. A worker sets one around its agent calls so that each
@@ -36,15 +51,23 @@ LAUNCHER: ContextVar[Launcher | None] = ContextVar("shep_agent_launcher", defaul
 
 _CHUNK = 64 * 1024
 _POLL = 0.05
+_MIB = 1024 * 1024
+
+
+def describe_cap(cap: int) -> str:
+    """``32 MiB`` (or bytes, for a cap below one MiB: tests use small ones)."""
+    return f"{cap / _MIB:g} MiB" if cap >= _MIB else f"{cap} bytes"
 
 
 @dataclass(frozen=True)
 class ProcessLimits:
     """Time and size bounds for one agent subprocess.
 
-    ``linger``: once the agent printed its final result, how long its main process
-    may keep running before shep stops it. ``drain``: once the main process exited,
-    how long to keep reading a pipe that a leftover child still holds open.
+    ``output_cap``: bytes of stdout held in memory at once (the longest line, and the
+    lines read ahead of the parser); never the total. ``linger``: once the agent printed
+    its final result, how long its main process may keep running before shep stops it.
+    ``drain``: once the main process exited, how long to keep reading a pipe that a
+    leftover child still holds open.
     """
 
     kill_grace: float = 5.0
@@ -53,6 +76,11 @@ class ProcessLimits:
     drain: float = 1.0
     stderr_tail: int = 64 * 1024
     version_timeout: float = 15.0
+
+
+def output_limits(output_mib: int) -> ProcessLimits:
+    """The default bounds with ``output_mib`` MiB as the cap (the ``agent_output_mib`` setting)."""
+    return ProcessLimits(output_cap=output_mib * _MIB)
 
 
 @dataclass(frozen=True)
@@ -112,6 +140,11 @@ class AgentProcess:
         self._stderr = bytearray()
         self._stderr_lock = threading.Lock()
         self._stdout_bytes = 0
+        #: Bytes of lines read and queued but not yet taken by ``lines()``; the stdout
+        #: reader waits on ``_room`` while they exceed the cap.
+        self._queued = 0
+        self._room = threading.Condition()
+        self._closing = False
         self._threads: list[tuple[threading.Thread, IO[bytes]]] = []
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = 0.0
@@ -211,11 +244,16 @@ class AgentProcess:
             if item is _OVERFLOW:
                 self._kill()
                 raise AgentOutputError(
-                    f"{self._label} printed more than {self._limits.output_cap} bytes on stdout; "
-                    "shep stopped it. Raise the output cap if this is expected.",
+                    f"{self._label} printed a line of more than "
+                    f"{describe_cap(self._limits.output_cap)} on stdout (a line is held in "
+                    "memory whole); shep stopped it. If that is expected, raise the cap: "
+                    "shep settings set agent_output_mib N.",
                     agent=self._agent,
                 )
             if isinstance(item, bytes):
+                with self._room:
+                    self._queued -= len(item)
+                    self._room.notify()
                 yield item
             now = time.monotonic()
             if self._deadline is not None and now >= self._deadline:
@@ -299,6 +337,9 @@ class AgentProcess:
         if proc is None or self._reaped:
             return
         self._reaped = True
+        with self._room:
+            self._closing = True  # a reader waiting for room gives up
+            self._room.notify_all()
         # Kill the group even when the main process exited on its own: a child it left
         # behind (holding our pipes, or just running) must not outlive the call.
         kill_group(proc, self._limits.kill_grace)
@@ -318,24 +359,38 @@ class AgentProcess:
             while chunk := os.read(fd, _CHUNK):
                 self._last_output_at = time.monotonic()
                 self._stdout_bytes += len(chunk)
-                if self._stdout_bytes > cap:
-                    self._lines.put(_OVERFLOW)
-                    return
                 parts = chunk.split(b"\n")
                 with self._pending_lock:
-                    if len(parts) == 1:
-                        self._pending += chunk
-                        continue
                     self._pending += parts[0]
-                    self._lines.put(bytes(self._pending))
-                    for line in parts[1:-1]:
-                        self._lines.put(line)
-                    self._pending = bytearray(parts[-1])
+                    lines = [bytes(self._pending), *parts[1:-1]] if len(parts) > 1 else []
+                    if lines:
+                        self._pending = bytearray(parts[-1])
+                    too_long = len(self._pending) > cap or any(len(x) > cap for x in lines)
+                if too_long:
+                    self._lines.put(_OVERFLOW)
+                    return
+                if lines and not self._queue(lines):
+                    return
         except OSError:
             pass
         if tail := self._take_pending():
-            self._lines.put(tail)
+            self._queue([tail])
         self._lines.put(_EOF)
+
+    def _queue(self, lines: list[bytes]) -> bool:
+        """Hand ``lines`` to ``lines()``, first waiting while what it has not taken yet
+        exceeds the cap (the agent then waits on its full pipe); False once reaping.
+        """
+        size = sum(len(line) for line in lines)
+        with self._room:
+            while self._queued > 0 and self._queued + size > self._limits.output_cap:
+                if self._closing:
+                    return False
+                self._room.wait(_POLL)
+            self._queued += size
+        for line in lines:
+            self._lines.put(line)
+        return True
 
     def _take_pending(self) -> bytes:
         """The unterminated last line read so far (handed over when reading stops)."""

@@ -81,7 +81,8 @@ def render_item(item: dict[str, Any], now: datetime) -> str:
         mark = " (recommended)" if option["recommended"] else ""
         lines.append(f"    [{printable(option['id'])}] {printable(option['label'])}{mark}")
     for artifact in item["artifacts"]:
-        lines.append(f"    file {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
+        kind = artifact.get("kind", "file")
+        lines.append(f"    {kind} {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
     if item["deadline"]:
         lines.append(f"    the recommended option applies at {item['deadline'][:19]} UTC")
     lines += supervisor_lines(item)

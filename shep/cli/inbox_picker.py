@@ -279,7 +279,8 @@ def _describe(item: Row, now: datetime) -> str:
     if item["context"]:
         lines.append(printable(item["context"]))
     for artifact in item["artifacts"]:
-        lines.append(f"file {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
+        kind = artifact.get("kind", "file")
+        lines.append(f"{kind} {printable(artifact['path'])}  sha256 {artifact['sha256'][:12]}")
     if item["deadline"]:
         lines.append(f"The recommended option applies at {item['deadline'][:19]} UTC.")
     lines.append(f"repo {printable(item['repo'])}")

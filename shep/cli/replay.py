@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from prompt_toolkit.layout import Layout, Window
     from prompt_toolkit.output import Output
 
+    from shep.audit_bundle import BundleReport
+
 #: The frame list's width on a screen wide enough for it.
 _TIMELINE = 26
 _KIND_MARKS = {"run": "◆", "node": "●", "question": "?", "approval": "!", "decision": "✓"}
@@ -46,7 +48,8 @@ _KIND_MARKS = {"run": "◆", "node": "●", "question": "?", "approval": "!", "d
 @click.option(
     "--bundle",
     metavar="FILE",
-    help="Replay from an audit bundle (`shep audit export --format bundle`), without a store.",
+    help="Replay from an audit bundle (`shep audit export --format bundle`), without a store; "
+    "only a bundle that verifies (`shep audit verify --bundle`) is replayed.",
 )
 @click.pass_obj
 def replay(
@@ -62,9 +65,17 @@ def replay(
     """
     from shep import replay as frames
 
+    def verified(report: BundleReport) -> None:
+        signed = f"signed by {report.signer}" if report.signer else "not signed"
+        click.echo(
+            f"{bundle} verifies: {counted(report.count or 0, 'event')}, head hash "
+            f"{report.head_hash}; {signed}.",
+            err=True,
+        )
+
     if tree:
         if bundle is not None:
-            run_hex, lineage = frames.lineage_from_bundle(bundle, run_ref)
+            run_hex, lineage = frames.lineage_from_bundle(bundle, run_ref, on_verified=verified)
         else:
             run_hex, lineage = frames.lineage_from_store(runtime.db_file, run_ref)
         if as_json:
@@ -73,7 +84,7 @@ def replay(
             click.echo("\n".join(render_tree(lineage, run_hex)))
         return
     if bundle is not None:
-        history = frames.frames_from_bundle(bundle, run_ref)
+        history = frames.frames_from_bundle(bundle, run_ref, on_verified=verified)
     else:
         history = frames.frames_from_store(runtime.db_file, run_ref)
     start = frame_number(at, len(history))

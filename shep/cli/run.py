@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from events.store import EventStore
     from shep.runner import Runner
 
-#: The statuses of a run suspended on the inbox, by name (no eventsourcing import).
-_WAITING_NAMES = ("waiting_answer", "waiting_approval")
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
@@ -247,26 +245,17 @@ def await_decision(runtime: Runtime, run_id: str, every: float) -> None:
 
     On a shared store a person may answer from any machine, but the run goes
     on where its repository is. Its worker starts this waiter when it suspends
-    the run; the waiter ends once the run is resumed, ends, or leaves this host.
+    the run; the waiter ends once the run is resumed, ends, or leaves this host,
+    and rides out a lost server meanwhile (see ``shep.inbox_watch``).
     """
-    import time
+    from shep.inbox_watch import wait_for_decision
 
-    from projections.mirror import forget_offline
-    from projections.queries import get_run
-    from projections.runner import catch_up
+    def say(message: str) -> None:
+        click.echo(f"shep: waiter {os.getpid()}: {message}", err=True)
 
-    while True:
-        forget_offline()
-        conn = runtime.read_db()
-        catch_up(conn)
-        run = get_run(conn, run_id)
-        if run is None or run["status"] not in _WAITING_NAMES:
-            return
-        runtime.check_inbox(notice=False)
-        if run_id in runtime.resumed:
-            click.echo(f"Run {run_id[:8]} decided: resumed in worker {runtime.resumed[run_id]}.")
-            return
-        time.sleep(every)
+    pid = wait_for_decision(runtime, run_id, every=every, say=say)
+    if pid is not None:
+        click.echo(f"Run {run_id[:8]} decided: resumed in worker {pid}.")
 
 
 def _check_binary(agent_type: str, binary: str | None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -105,7 +105,37 @@ def migrate(runtime: Runtime, target: str | None, to_stdin: bool) -> None:
 
 
 def _copy(conn: apsw.Connection, dest: EventStore, where: str) -> int:
-    """Rows and non-projection tracking positions, in one transaction under the table lock."""
+    """Rows and non-projection tracking positions, in one transaction under the table lock.
+
+    A server lost meanwhile is one ``StoreUnavailableError``: before the commit nothing
+    was copied (the transaction dies with the connection), so the user just retries.
+    """
+    from eventsourcing.persistence import InterfaceError, OperationalError
+
+    from events.errors import StoreUnavailableError
+
+    committing = False
+    try:
+        with dest.datastore.transaction(commit=True) as curs:
+            copied = _copy_rows(conn, dest, curs, where)
+            committing = True  # what fails from here on may have been stored
+    except (OperationalError, InterfaceError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if not committing:
+            raise StoreUnavailableError(
+                f"Lost the shared store at {where} during the copy ({reason}): the copy is "
+                "one transaction, so nothing was copied; retry `shep store migrate` once it "
+                "is back."
+            ) from e
+        raise StoreUnavailableError(
+            f"Lost the shared store at {where} while committing the copy ({reason}): it may "
+            "or may not be stored. Once the server is back, run `shep store migrate` again: "
+            "it copies everything, or says the store already holds the events."
+        ) from e
+    return copied
+
+
+def _copy_rows(conn: apsw.Connection, dest: EventStore, curs: Any, where: str) -> int:
     from eventsourcing.persistence import Tracking
 
     from events.errors import StoreError
@@ -113,29 +143,28 @@ def _copy(conn: apsw.Connection, dest: EventStore, where: str) -> int:
 
     recorder = dest.recorder
     copied = 0
-    with dest.datastore.transaction(commit=True) as curs:
-        recorder._lock_table(curs)
-        held = curs.execute("SELECT count(*) AS n FROM stored_events").fetchone()
-        if held and held["n"]:
-            raise StoreError(
-                f"The shared store at {where} already holds {counted(held['n'], 'event')}: "
-                "migrate copies into an empty store only."
-            )
-        rows = conn.execute(
-            "SELECT notification_id, originator_id, originator_version, topic, state, "
-            "chain_hash FROM stored_events ORDER BY notification_id"
+    recorder._lock_table(curs)
+    held = curs.execute("SELECT count(*) AS n FROM stored_events").fetchone()
+    if held and held["n"]:
+        raise StoreError(
+            f"The shared store at {where} already holds {counted(held['n'], 'event')}: "
+            "migrate copies into an empty store only."
         )
-        while batch := list(islice(rows, _BATCH)):
-            curs.executemany(
-                "INSERT INTO stored_events VALUES (%s, %s, %s, %s, %s, %s)",
-                [(p, o, v, t, bytes(s), bytes(h)) for p, o, v, t, s, h in batch],
-            )
-            copied += len(batch)
-        names = ",".join("?" * len(PROJECTION_NAMES))
-        for name, position in conn.execute(
-            f"SELECT application_name, notification_id FROM tracking "  # noqa: S608
-            f"WHERE application_name NOT IN ({names})",
-            PROJECTION_NAMES,
-        ):
-            recorder._insert_tracking(curs, Tracking(str(name), int(position)))
+    rows = conn.execute(
+        "SELECT notification_id, originator_id, originator_version, topic, state, "
+        "chain_hash FROM stored_events ORDER BY notification_id"
+    )
+    while batch := list(islice(rows, _BATCH)):
+        curs.executemany(
+            "INSERT INTO stored_events VALUES (%s, %s, %s, %s, %s, %s)",
+            [(p, o, v, t, bytes(s), bytes(h)) for p, o, v, t, s, h in batch],
+        )
+        copied += len(batch)
+    names = ",".join("?" * len(PROJECTION_NAMES))
+    for name, position in conn.execute(
+        f"SELECT application_name, notification_id FROM tracking "  # noqa: S608
+        f"WHERE application_name NOT IN ({names})",
+        PROJECTION_NAMES,
+    ):
+        recorder._insert_tracking(curs, Tracking(str(name), int(position)))
     return copied

@@ -59,7 +59,8 @@ def question_node(ctx: RunContext, step: QuestionStep) -> NodeFn:
 
 
 def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
-    """Ask for approval of what ``step.phase`` produced (the files with their sha256)."""
+    """Ask for approval of what ``step.phase`` produced (the files with their sha256, and
+    what the step hashed itself: see ``Approval``)."""
 
     def run(state: Mapping[str, Any]) -> dict[str, Any]:
         from langgraph.types import interrupt
@@ -73,7 +74,9 @@ def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
                 digest = hashlib.sha256(read_inside(ctx.plan.repo, relative)).hexdigest()
             except (OSError, UnsafePathError):
                 digest = ""
-            artifacts.append({"path": relative, "sha256": digest})
+            artifacts.append({"kind": "file", "path": relative, "sha256": digest})
+        for kind, label, digest in approval.hashed:
+            artifacts.append({"kind": kind, "path": label, "sha256": digest})
         value = interrupt(
             {
                 "kind": "approval",

@@ -466,9 +466,11 @@ class _Builder:
             kind, title = "approval", f"{e.node} asks for approval: {e.summary}"
             lines = _Lines()
             for artifact in e.artifacts:
-                lines.add(f"file {artifact.path} sha256 {artifact.sha256[:12]}")
+                lines.add(f"{artifact.kind} {artifact.path} sha256 {artifact.sha256[:12]}")
             if e.phase:
                 lines.add(f"a rejection goes back to {e.phase}")
+        if e.reapply:
+            lines.add(f"the origin's decision: {e.reapply}")
         started = self.open.get(e.node)
         if started is not None and started.kind == kind and started.status == "asked":
             # The node's start came first: its frame is this item's.

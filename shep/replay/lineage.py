@@ -17,6 +17,7 @@ from events.runs import RunCreated, RunForked
 from shep.replay.frames import _iso
 from shep.replay.sources import (
     _RUN_CREATED,
+    OnVerified,
     _bundle_run,
     _read_store,
     read_bundle,
@@ -84,9 +85,13 @@ def lineage_from_store(db_path: str | os.PathLike[str], run_ref: str) -> tuple[s
     return _read_store(os.fspath(db_path), read)
 
 
-def lineage_from_bundle(path: str | os.PathLike[str], run_ref: str | None) -> tuple[str, Lineage]:
-    """The same tree from a bundle; runs the bundle does not hold are marked unknown."""
-    rows = read_bundle(path)
+def lineage_from_bundle(
+    path: str | os.PathLike[str], run_ref: str | None, *, on_verified: OnVerified | None = None
+) -> tuple[str, Lineage]:
+    """The same tree from a bundle (verified first, see ``read_bundle``); runs the bundle
+    does not hold are marked unknown.
+    """
+    rows = read_bundle(path, on_verified=on_verified)
     run_id = _bundle_run(rows, run_ref, path)
     created: dict[UUID, RunCreated] = {}
     forks: dict[UUID, list[RunForked]] = {}

@@ -18,7 +18,7 @@ from events.audit import hex_prefix, run_in_log, single_run
 from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event, topic_of
 from events.checkpoints import WritesSaved
-from events.errors import StoreUnavailableError, UnknownEventError
+from events.errors import ChainBrokenError, StoreUnavailableError, UnknownEventError
 from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
@@ -41,6 +41,11 @@ from shep.replay.state import decode_typed
 if TYPE_CHECKING:
     import apsw
 
+    from shep.audit_bundle import BundleReport
+
+#: Told the report of a bundle that verified, before anything of it is shown.
+OnVerified = Callable[["BundleReport"], None]
+
 _T = TypeVar("_T")
 
 _RUN_CREATED = topic_of(RunCreated)
@@ -52,6 +57,10 @@ _ITEM_TOPICS = frozenset(topic_of(cls) for cls in _ITEM_EVENTS)
 
 class BundleError(ReplayInputError):
     """A file given as an audit bundle is not one, or cannot be read."""
+
+
+class BundleNotVerifiedError(ChainBrokenError):
+    """A bundle that does not verify is not replayed: exit 4, as `shep audit verify --bundle`."""
 
 
 def story(rows: Iterable[tuple[int, str, bytes]]) -> list[tuple[int, Story]]:
@@ -225,13 +234,19 @@ class _Line(msgspec.Struct):
 _line_decoder = msgspec.json.Decoder(_Line)
 
 
-def frames_from_bundle(path: str | os.PathLike[str], run_ref: str | None = None) -> Replay:
+def frames_from_bundle(
+    path: str | os.PathLike[str],
+    run_ref: str | None = None,
+    *,
+    on_verified: OnVerified | None = None,
+) -> Replay:
     """The replay of a run read from an audit bundle's ``export.jsonl`` (no database).
 
-    ``run_ref`` may be left out when the bundle holds one run. Snapshot diff
-    stats are made from the repository named in the run, if it is on this machine.
+    The bundle is verified first (see ``read_bundle``). ``run_ref`` may be left
+    out when the bundle holds one run. Snapshot diff stats are made from the
+    repository named in the run, if it is on this machine.
     """
-    rows = read_bundle(path)
+    rows = read_bundle(path, on_verified=on_verified)
     run_id = _bundle_run(rows, run_ref, path)
     own = story((p, t, s) for p, stream, t, s in rows if stream == run_id.hex)
     items = {i.hex for i in item_ids(run_id, (e for _, e in own))}
@@ -248,29 +263,35 @@ def frames_from_bundle(path: str | os.PathLike[str], run_ref: str | None = None)
 BundleRows = list[tuple[int, str, str, bytes]]
 
 
-def read_bundle(path: str | os.PathLike[str]) -> BundleRows:
-    """The story's event lines of the bundle's export (see ``story``), in file order."""
-    import tarfile
+def read_bundle(
+    path: str | os.PathLike[str], *, on_verified: OnVerified | None = None
+) -> BundleRows:
+    """The story's event lines of the bundle's export (see ``story``), in file order.
+
+    Only a bundle that verifies (``shep audit verify --bundle``: the chain, the
+    manifest, the statement, the signature if any) is read, and what is read is the
+    very export that verified; otherwise ``BundleNotVerifiedError``.
+    """
+    import tempfile
     from binascii import Error as Base64Error
     from binascii import a2b_base64
+    from pathlib import Path
+
+    from shep.audit_bundle import verify_bundle
 
     name = os.fspath(path)
-    try:
-        with tarfile.open(name, "r:") as tar:
-            member = next(
-                (m for m in tar.getmembers() if os.path.basename(m.name) == "export.jsonl"), None
+    _check_is_bundle(name)
+    with tempfile.TemporaryDirectory(prefix="shep-replay-") as work:
+        export = Path(work) / "export.jsonl"
+        report = verify_bundle(Path(name), keep_export=export)
+        if not report.ok:
+            raise BundleNotVerifiedError(
+                f"{name} does not verify, so it is not replayed: {report.problem}"
+                f"{'' if report.problem.endswith('.') else '.'}"
             )
-            if member is None or not member.isfile():
-                raise BundleError(f"{name} is not a shep audit bundle: it has no export.jsonl.")
-            handle = tar.extractfile(member)
-            assert handle is not None
-            raw = handle.read()
-    except FileNotFoundError:
-        raise BundleError(f"No bundle at {name}.") from None
-    except (tarfile.TarError, EOFError) as e:
-        raise BundleError(f"{name} is not a readable shep audit bundle (not a tar file).") from e
-    except OSError as e:
-        raise BundleError(f"Cannot read the bundle {name}: {e.strerror or e}.") from e
+        raw = export.read_bytes()
+    if on_verified is not None:
+        on_verified(report)
     rows: BundleRows = []
     for number, line in enumerate(raw.splitlines(), 1):
         try:
@@ -285,6 +306,25 @@ def read_bundle(path: str | os.PathLike[str]) -> BundleRows:
         except (msgspec.DecodeError, Base64Error, ValueError) as e:
             raise BundleError(f"{name}: line {number} of export.jsonl cannot be read ({e}).") from e
     return rows
+
+
+def _check_is_bundle(name: str) -> None:
+    """A tar with an ``export.jsonl``, or ``BundleError`` saying what the file is instead."""
+    import tarfile
+
+    try:
+        with tarfile.open(name, "r:") as tar:
+            member = next(
+                (m for m in tar.getmembers() if os.path.basename(m.name) == "export.jsonl"), None
+            )
+    except FileNotFoundError:
+        raise BundleError(f"No bundle at {name}.") from None
+    except (tarfile.TarError, EOFError) as e:
+        raise BundleError(f"{name} is not a readable shep audit bundle (not a tar file).") from e
+    except OSError as e:
+        raise BundleError(f"Cannot read the bundle {name}: {e.strerror or e}.") from e
+    if member is None or not member.isfile():
+        raise BundleError(f"{name} is not a shep audit bundle: it has no export.jsonl.")
 
 
 def _bundle_run(rows: BundleRows, run_ref: str | None, path: str | os.PathLike[str]) -> UUID:

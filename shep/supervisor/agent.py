@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from shep.agents import AgentOptions, create_executor
+from shep.agents.process import output_limits
 from shep.identity import process_start
 from shep.secrets import load_token
 from shep.settings import Settings
@@ -38,6 +39,7 @@ class AgentEvaluator:
             token=load_token(home, agent_type),
             binary=settings.binary,
             env={"SHEP_SUPERVISOR": "1", OWNER_ENV: _owner(os.getpid())},
+            limits=output_limits(settings.counts["agent_output_mib"]),
         )
 
     def __call__(self, prompt: str, *, model: str | None, timeout: float) -> str:

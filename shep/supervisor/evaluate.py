@@ -321,6 +321,8 @@ def _item_document(item: ItemState, created: RunCreated | None) -> dict[str, Any
     document["kind"] = item.kind
     files = []
     for artifact in document.get("artifacts", []):
+        if artifact.get("kind", "file") != "file":
+            continue  # the diff and the test result: their hashes are in "artifacts"
         content = None
         with contextlib.suppress(OSError, ValueError, UnsafePathError):
             if created is not None:

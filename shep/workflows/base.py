@@ -195,10 +195,15 @@ class QuestionStep:
 
 @dataclass(frozen=True)
 class Approval:
-    """What a gate asks to approve: a short summary and the files (relative to the repo)."""
+    """What a gate asks to approve: a short summary and the files (relative to the repo).
+
+    ``hashed``: what else it approves, already hashed by the step that made it (the
+    diff to merge, the test result): ``(kind, path, sha256)`` as ``ArtifactRef`` has them.
+    """
 
     summary: str
     artifacts: tuple[str, ...] = ()
+    hashed: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)

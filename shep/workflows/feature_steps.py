@@ -8,6 +8,8 @@ The graph that wires them is ``shep.workflows.feature``; their prompts are in
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import time
@@ -397,6 +399,8 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
         "removed": stat.removed,
         "commits": commits,
         "tests": tests,
+        # What the merge gate approves, by content: the base and the worktree's tree.
+        "tree": git.tree_of(io.repo, head),
     }
     return {"review": review}
 
@@ -419,7 +423,33 @@ def merge_approval(state: Mapping[str, Any]) -> Approval:
         f"+{review.get('added', 0)} -{review.get('removed', 0)} lines, "
         f"{counted(review.get('commits', 0), 'commit')} by the agent; tests: {outcome}"
     )
-    return Approval(summary=summary)
+    return Approval(summary=summary, hashed=_merge_hashed(inputs["base_sha"], review))
+
+
+def _merge_hashed(base_sha: str, review: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """What the merge gate approves beyond its summary: the diff (the base commit and the
+    worktree's tree, which name the change exactly) and the test result (command, exit).
+    A review recorded before shep hashed them has neither: no decision is reapplied to it.
+    """
+    if not review.get("tree"):
+        return ()
+    tests = review.get("tests") or {}
+    command = str(tests.get("command") or "")
+    code = tests.get("exit_code") if command else None
+    if not command:
+        result = "(no test command)"
+    else:
+        result = f"`{command}` " + ("timed out" if code is None else f"exit {code}")
+    outcome = json.dumps({"command": command, "exit_code": code}, sort_keys=True)
+    tree = str(review["tree"])
+    return (
+        ("diff", f"{base_sha[:12]}..{tree[:12]}", _sha256(f"{base_sha}..{tree}")),
+        ("tests", result, _sha256(outcome)),
+    )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:

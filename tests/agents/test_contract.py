@@ -254,13 +254,15 @@ def test_agent_that_does_not_let_go_is_answered_and_stopped(
 
 @cases
 def test_output_flood_is_capped(fake: Fake, case: Case) -> None:
-    """50 MB on stdout stops the agent with AgentOutputError at the default 32 MiB cap."""
+    """A 50 MB line on stdout stops the agent with AgentOutputError at the default 32 MiB
+    cap, saying how to raise it."""
     from shep.agents import ProcessLimits
 
     executor = fake.executor(case.agent, mode="flood", limits=ProcessLimits(kill_grace=0.5))
     with pytest.raises(AgentOutputError) as caught:
         executor.execute(PROMPT, OPTS)
-    assert f"printed more than {32 * 1024 * 1024} bytes on stdout" in str(caught.value)
+    assert "printed a line of more than 32 MiB on stdout" in str(caught.value)
+    assert "shep settings set agent_output_mib N" in str(caught.value)
 
 
 @cases

@@ -24,7 +24,7 @@ PROMPT = "Say hello"
 
 
 def test_defaults_are_five_seconds_grace_and_a_32_mib_cap() -> None:
-    """Out of the box: SIGKILL 5 s after SIGTERM, stdout capped at 32 MiB."""
+    """Out of the box: SIGKILL 5 s after SIGTERM, 32 MiB of stdout held at most."""
     limits = ProcessLimits()
     assert limits.kill_grace == 5.0
     assert limits.output_cap == 32 * 1024 * 1024
@@ -53,8 +53,9 @@ def test_a_small_output_cap_bounds_memory(fake: Fake) -> None:
     finally:
         tracemalloc.stop()
     assert str(caught.value) == (
-        "Codex printed more than 1048576 bytes on stdout; shep stopped it. "
-        "Raise the output cap if this is expected."
+        "Codex printed a line of more than 1 MiB on stdout (a line is held in memory whole); "
+        "shep stopped it. If that is expected, raise the cap: shep settings set "
+        "agent_output_mib N."
     )
     assert peak < 8 * 1024 * 1024
 
@@ -70,6 +71,86 @@ def test_the_default_cap_holds_memory_to_the_cap(fake: Fake) -> None:
     finally:
         tracemalloc.stop()
     assert peak < ProcessLimits().output_cap + 8 * 1024 * 1024
+
+
+_SMALL_CAP = ProcessLimits(kill_grace=0.5, linger=0.3, drain=0.3, output_cap=1024 * 1024)
+
+
+def test_a_long_session_is_not_stopped_for_its_volume(fake: Fake) -> None:
+    """6 MiB of stream-json lines, each handled as it comes, pass a 1 MiB cap: the cap bounds
+    what is held in memory at once (a line, the lines read ahead), not the total printed.
+    """
+    executor = fake.executor(
+        "claude-code",
+        "claude-json.txt",
+        stream="claude-stream-json.txt",
+        mode="long",
+        limits=_SMALL_CAP,
+        FAKE_FLOOD_MB="6",
+    )
+    tracemalloc.start()
+    try:
+        events = list(executor.stream(PROMPT, AgentOptions()))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(events[-1], Completed)
+    assert events[-1].result.text == "Hello from the fake LLM. The answer is 42."
+    assert sum(isinstance(e, TextDelta) for e in events) > 1000
+    assert peak < 5 * 1024 * 1024  # far less than the 6 MiB printed
+
+
+def test_a_json_document_past_the_cap_is_stopped_saying_how_to_raise_it(fake: Fake) -> None:
+    """A format printed as one JSON document is held whole until it ends: past the cap it
+    stops the agent, and the error names the setting that raises the cap.
+    """
+    executor = fake.executor(
+        "gemini-cli", "gemini-json.txt", mode="long", limits=_SMALL_CAP, FAKE_FLOOD_MB="6"
+    )
+    with pytest.raises(AgentOutputError) as caught:
+        executor.execute(PROMPT, AgentOptions())
+    assert str(caught.value) == (
+        "Gemini CLI printed a JSON document of more than 1 MiB (it is held in memory whole); "
+        "shep stopped it. If that is expected, raise the cap: shep settings set "
+        "agent_output_mib N"
+    )
+    assert all(pid_gone(pid) for pid in fake.pids())
+
+
+def test_a_reader_that_falls_behind_holds_the_agent_back_not_its_output() -> None:
+    """Lines read but not yet taken never exceed the cap: while the reader pauses, the agent
+    waits on its full pipe instead of its output piling up in shep's memory; then every
+    line arrives, in order.
+    """
+    import sys
+
+    from shep.agents.process import AgentProcess
+
+    script = "import sys\nfor i in range(40000): sys.stdout.write(f'{i:0199d}\\n')\n"
+    process = AgentProcess(
+        [sys.executable, "-c", script],
+        stdin=None,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=None,
+        limits=ProcessLimits(kill_grace=0.5, drain=0.3, output_cap=256 * 1024),
+        timeout=30,
+        agent="test",
+        label="Test",
+        install_hint="",
+    )
+    with process:
+        lines = process.lines()
+        first = next(lines)
+        time.sleep(1.0)  # 8 MB at pipe speed is written in well under a second
+        still_writing = process._require().poll() is None
+        held = process._queued  # what the reader holds is the point
+        rest = list(lines)
+        outcome = process.finish()
+    assert still_writing
+    assert held <= 256 * 1024
+    assert [int(x) for x in (first, *rest)] == list(range(40000))
+    assert outcome.exit_code == 0
+    assert outcome.stdout_bytes == 40000 * 200
 
 
 def test_stream_delivers_events_while_the_agent_still_runs(fake: Fake) -> None:

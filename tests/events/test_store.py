@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -129,3 +130,45 @@ def test_events_round_trip_typed(store: EventStore) -> None:
     )
     store.append([event])
     assert store.load(event.originator_id) == [event]
+
+
+def _created() -> RunCreated:
+    return RunCreated(
+        originator_id=uuid4(),
+        originator_version=1,
+        timestamp=utc_now(),
+        workflow="w",
+        agent_type="demo",
+        repo="/r",
+        created_by="me",
+    )
+
+
+def test_a_store_whose_file_was_replaced_never_writes_into_the_new_file(tmp_path: Path) -> None:
+    """Another file put at the store's path (a new home's store, a restored copy): the store
+    says so, and a connection it opens now is refused instead of writing into that file;
+    with the file deleted it says deleted.
+    """
+    from events.errors import StoreError
+
+    db = tmp_path / "shep.db"
+    store = EventStore(db)
+    store.append([_created()])
+    assert store.file_moved() is None
+    other = EventStore(tmp_path / "other.db")
+    other.close()
+    for suffix in ("-wal", "-shm"):  # what belongs to the old file goes with it
+        Path(f"{db}{suffix}").unlink()
+    (tmp_path / "other.db").replace(db)
+    assert store.file_moved() == "replaced"
+    with contextlib.ExitStack() as busy:
+        while store.datastore._idle:  # every idle connection busy: the append opens one
+            busy.enter_context(store.datastore.borrow())
+        with pytest.raises(StoreError, match="is no longer the file this store opened"):
+            store.append([_created()])
+    check = EventStore(db)
+    assert check.recorder.max_notification_id() in (None, 0)  # nothing was written into it
+    check.close()
+    db.unlink()
+    assert store.file_moved() == "deleted"
+    store.close()

@@ -203,6 +203,16 @@ def test_reapply_answers_gives_the_fork_the_origins_decisions_on_record(shep: Sh
         assert decision.originator_id != first.originator_id
     # The origin merged; the fork, with the same files, finds nothing more to merge.
     assert "FeatureMerged" not in {type(e).__name__ for e in shep.events(fork)}
+    # Each gate's decision was reapplied because what it showed is byte-identical
+    # (the spec files; for the merge gate the diff and the test result).
+    with EventStore(shep.home / "shep.db") as store:
+        items = _fork_items(store, fork)
+    gates = {node: s[0] for node, s in items.items() if node in ("prd", "plan_gate", "merge_gate")}
+    assert set(gates) == {"prd", "plan_gate", "merge_gate"}
+    for gate in gates.values():
+        assert gate.reapply.startswith("reapplied: "), gate.reapply
+        assert " byte-identical to what item " in gate.reapply
+    assert [a.kind for a in gates["merge_gate"].artifacts] == ["diff", "tests"]
 
 
 def _all_item_events(store: EventStore) -> list[Any]:
@@ -242,3 +252,43 @@ def test_an_analysis_fork_reruns_only_the_steps_after_its_checkpoint(shep: Shep)
     started = [e.node for e in shep.events(fork) if isinstance(e, NodeStarted)]
     assert started == ["patterns", "report"]
     assert next(r for r in _runs(shep) if r["run_id"] == fork.hex)["status"] == "completed"
+
+
+def _fork_items(store: EventStore, fork: UUID) -> dict[str, list[Any]]:
+    """The fork's item streams by node, each as its events (asked first)."""
+    streams: dict[UUID, list[Any]] = {}
+    for event in _all_item_events(store):
+        streams.setdefault(event.originator_id, []).append(event)
+    return {s[0].node: s for s in streams.values() if getattr(s[0], "run_id", None) == fork}
+
+
+@pytest.mark.slow
+def test_the_merge_gate_of_a_fork_whose_worktree_differs_waits(shep: Shep) -> None:
+    """A feature fork at the checkpoint before its tests, with --reapply-answers and the
+    state only (so the worktree lacks what implement wrote): its merge gate shows another
+    diff than the one the origin's approver saw, so it waits for a person, and its item
+    says why. The same fork of an identical worktree (the first test of this file's
+    reapply) goes through; the gates passed before the checkpoint are not asked again.
+    """
+    origin = _feature(shep)
+    checkpoint = _checkpoint_before(shep.events(origin), "tests")
+    shep(
+        "fork",
+        origin.hex[:8],
+        "--at",
+        checkpoint.checkpoint_id,
+        "--restore",
+        "state",
+        "--reapply-answers",
+    )
+    fork = UUID(next(r["run_id"] for r in _runs(shep) if r["run_id"] != origin.hex))
+    assert next(r for r in _runs(shep) if r["run_id"] == fork.hex)["status"] == ("waiting_approval")
+    assert [i["node"] for i in shep.inbox() if i["run_id"] == fork.hex] == ["merge_gate"]
+    with EventStore(shep.home / "shep.db") as store:
+        items = _fork_items(store, fork)
+    assert list(items) == ["merge_gate"]
+    [asked] = items["merge_gate"]  # asked, and nobody decided
+    assert asked.reapply.startswith("not reapplied: diff ")
+    assert " differs (item " in asked.reapply
+    assert [a.kind for a in asked.artifacts] == ["diff", "tests"]
+    assert "FeatureMerged" not in {type(e).__name__ for e in shep.events(fork)}

@@ -172,7 +172,7 @@ def test_each_new_item_is_written_to_the_command_as_one_json_object(
         "options": [],
         "free_text": False,
         "phase": "plan",
-        "artifacts": [{"path": "shep-plan.md", "sha256": "ab" * 32}],
+        "artifacts": [{"kind": "file", "path": "shep-plan.md", "sha256": "ab" * 32}],
         "deadline": None,
         "commands": {
             "approve": f"{prefix} approve {g}",

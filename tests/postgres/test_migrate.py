@@ -17,6 +17,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from uuid import UUID, uuid4
 
@@ -375,3 +376,67 @@ def test_a_missing_database_or_home_is_one_line(shep_home: Path, pg_server: Post
     EventStore(shep_home / "shep.db").close()
     missing = shep("store", "migrate", "--to", pg_server.url("no_such_db"))
     assert f"at 127.0.0.1:{pg_server.port}/no_such_db" in one_error_line(missing)
+
+
+@pytest.mark.slow
+def test_a_server_killed_during_the_copy_is_one_line_and_a_retry_copies_it_all(
+    small_log: list[Row], shep_home: Path, own_pg_server: PostgresServer
+) -> None:
+    """The server dies (SIGKILL) while migrate's INSERT runs: one line, exit 1, saying
+    that nothing was copied and to retry; the target holds nothing (the copy is one
+    transaction), the source is untouched, and migrate run again copies everything.
+    """
+    url = own_pg_server.database()
+    EventStore(url).close()  # the tables, empty: the copy inserts into them
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Holds migrate's INSERT on the server, mid-copy, until the server is killed.
+        conn.execute(
+            "CREATE FUNCTION hold_copy() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER hold_copy BEFORE INSERT ON stored_events "
+            "FOR EACH STATEMENT EXECUTE FUNCTION hold_copy()"
+        )
+    migrate = subprocess.Popen(
+        [sys.executable, "-m", "shep", "store", "migrate", "--to", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _copy_in_flight(url):
+            assert migrate.poll() is None, migrate.communicate()
+            assert time.monotonic() < deadline, "migrate never started its copy"
+            time.sleep(0.1)
+        own_pg_server.kill()
+        out, err = migrate.communicate(timeout=60)
+    finally:
+        if migrate.poll() is None:
+            migrate.kill()
+    result = subprocess.CompletedProcess(migrate.args, migrate.returncode, out, err)
+    line = one_error_line(result)
+    assert result.returncode == 1
+    assert line.startswith(f"Lost the shared store at {where(url)} during the copy (")
+    assert line.endswith("nothing was copied; retry `shep store migrate` once it is back.")
+    assert out == ""
+
+    own_pg_server.revive()
+    assert server_rows(url) == []  # the transaction died with the server
+    assert sqlite_rows(shep_home / "shep.db") == small_log
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER hold_copy ON stored_events")
+    again = shep("store", "migrate", "--to", url)
+    assert again.returncode == 0, again.stderr
+    assert server_rows(url) == small_log
+
+
+def _copy_in_flight(url: str) -> bool:
+    """Whether a backend is inside migrate's INSERT into stored_events."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+            "AND query LIKE 'INSERT INTO stored_events%%'"
+        ).fetchone()
+    return bool(row and row[0])

@@ -210,8 +210,10 @@ def test_a_worker_rides_out_a_server_restart(
         assert time.monotonic() - started >= 1.0
         assert store.max_position() == 2
     assert positions(url) == [1, 2]
+    # A crashed server's "terminating connection" is the server going away, as a refused
+    # connection is: said as such, not as a failure of the store.
     assert said[0].startswith(
-        f"lost the shared store (The shared store at 127.0.0.1:{own_pg_server.port}"
+        f"lost the shared store (Cannot reach the shared store at 127.0.0.1:{own_pg_server.port}"
     )
     assert said[-1].startswith("the shared store is back after")
 

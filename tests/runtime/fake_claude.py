@@ -7,6 +7,8 @@ so tests can prove which nodes ran when. Misbehaviours, by ``FAKE_FAIL``:
 ``401`` (an auth error, exit 1), ``529-once`` (overloaded the first time for
 each node, then fine; state in ``FAKE_STATE``), ``hang`` (sleep forever).
 ``FAKE_WRITE_REPORT=1`` makes the report step write shep-analysis.md itself.
+``FAKE_NOISE_MB=N`` prints one line of N MiB (not JSON) before each answer.
+``FAKE_SUFFIX`` is added to the findings of every step (another take of the same work).
 Steps of other workflows are named by a ``[step:NAME]`` marker in the prompt.
 """
 
@@ -119,6 +121,10 @@ def main() -> int:
         }
     )
     time.sleep(float(os.environ.get("FAKE_DELAY", "0.05")))
+    noise = int(os.environ.get("FAKE_NOISE_MB", "0"))
+    if noise:
+        sys.stdout.write("x" * (noise << 20) + "\n")
+        sys.stdout.flush()
     if node == "report":
         text = "# Repository analysis: fake\n\nSummary from the fake agent.\n\n1. Add tests."
         if os.environ.get("FAKE_WRITE_REPORT") == "1":
@@ -126,6 +132,7 @@ def main() -> int:
                 f.write("# Written by the agent itself\n")
     else:
         text = f"Findings of step {node}: line one.\nLine two of {node}."
+        text += os.environ.get("FAKE_SUFFIX", "")
     emit(
         {
             "type": "assistant",

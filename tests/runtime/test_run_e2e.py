@@ -123,6 +123,31 @@ def test_auth_error_fails_the_run_without_retry(
 
 
 @pytest.mark.slow
+def test_the_output_cap_is_the_agent_output_mib_setting(
+    repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agent_output_mib` is validated and reaches the worker's agent calls: a 2 MiB line
+    fails the run under a 1 MiB cap, with the setting named in the error; at 3 MiB the same
+    agent completes.
+    """
+    refused = shep("settings", "set", "agent_output_mib", "0")
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "shep: agent_output_mib must be a whole number from 1 to 4096, not '0'.\n",
+    )
+    monkeypatch.setenv("FAKE_NOISE_MB", "2")
+    shep("settings", "set", "agent_output_mib", "1", check=True)
+    failed = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    assert failed.returncode == 1
+    assert "printed a line of more than 1 MiB" in failed.stderr
+    assert "shep settings set agent_output_mib N" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    shep("settings", "set", "agent_output_mib", "3", check=True)
+    done = shep("run", "analyze-repository", "--repo", str(repo), "--no-resume", timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
 def test_overload_is_retried_then_completes(
     repo: Path, fake_claude: Path, agent_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

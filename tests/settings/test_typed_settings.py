@@ -181,6 +181,7 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
         "agent: not configured (run `shep settings agent`)\n"
         "heartbeat_interval: 30\n"
         "agent_timeout: 1800\n"
+        "agent_output_mib: 32\n"
         "orphan_after: 120\n"
         "inbox_notice: off\n"
         "collaboration: off\n"
@@ -203,6 +204,7 @@ def test_set_and_show_every_kind(shep_home: Path, tmp_path: Path) -> None:
     assert {k: data[k] for k in SETTINGS} == {
         "heartbeat_interval": 30.0,
         "agent_timeout": 1800.0,
+        "agent_output_mib": 32,
         "orphan_after": 120.0,
         "inbox_notice": False,
         "collaboration": False,

@@ -122,7 +122,7 @@ def test_count_is_an_int_and_not_a_flag_in_the_fold() -> None:
     folded = SettingValues()
     folded.put("requirements_iterations", 1)
     folded.put("allow_prd", True)
-    assert folded.counts == {"requirements_iterations": 1}
+    assert folded.counts["requirements_iterations"] == 1
     assert folded.flags["allow_prd"] is True
     assert type(folded.get("requirements_iterations")) is int
     assert (record_value(1), show_value(1)) == ("1", "1")
@@ -239,7 +239,7 @@ def test_fold_exposes_every_workflow_setting_at_its_default(store: EventStore) -
     assert [k for k in SETTINGS if k in WORKFLOW_SETTINGS] == list(WORKFLOW_SETTINGS)
     assert {k: settings.every()[k] for k in WORKFLOW_SETTINGS} == DEFAULTS
     assert settings.flags["feature_fast"] is False
-    assert settings.counts == {"requirements_iterations": 3}
+    assert settings.counts == {"requirements_iterations": 3, "agent_output_mib": 32}
     assert settings.texts["branch_prefix"] == "shep/"
     assert settings.values["test_timeout"] == 1800.0
 

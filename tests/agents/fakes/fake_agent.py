@@ -15,7 +15,9 @@ Driven by environment variables (tests pass them through the executor's ``env=``
   exit), ``flood`` (``FAKE_FLOOD_MB`` MiB on stdout without a newline),
   ``stderr-flood`` (``FAKE_FLOOD_MB`` MiB on stderr, then the sample),
   ``truncate`` (only the first ``FAKE_TRUNCATE`` bytes of the sample),
-  ``slow`` (the sample line by line, ``FAKE_DELAY`` s apart, pids to ``FAKE_PIDFILE``).
+  ``slow`` (the sample line by line, ``FAKE_DELAY`` s apart, pids to ``FAKE_PIDFILE``),
+  ``long`` (a long session: the sample with its second line printed again and again,
+  until ``FAKE_FLOOD_MB`` MiB in all, before the rest; its pid to ``FAKE_PIDFILE``).
 - ``FAKE_IGNORE_TERM``: ignore SIGTERM (tests the SIGKILL after the grace period).
 """
 
@@ -109,6 +111,15 @@ def main() -> int:
         for _ in range(int(os.environ.get("FAKE_FLOOD_MB", "8"))):
             err.write(chunk)
         err.flush()
+    if mode == "long":
+        _write_pids(os.getpid())
+        lines = stdout.splitlines(keepends=True)
+        out.write(lines[0])
+        total, limit = len(lines[0]), int(os.environ.get("FAKE_FLOOD_MB", "40")) << 20
+        while total < limit:
+            out.write(lines[1])
+            total += len(lines[1])
+        stdout = b"".join(lines[1:])
     if mode == "truncate":
         stdout = stdout[: int(os.environ.get("FAKE_TRUNCATE", "100"))]
     if mode == "slow":
