@@ -46,7 +46,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
-from events.chain import GENESIS_HASH, chain_hash
+from events.chain import GENESIS_HASH, chained_rows
 from events.schema import (
     DEFAULT_BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
@@ -261,43 +261,38 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
     ) -> Sequence[int] | None:
         if not stored_events and kwargs.get("tracking") is None:
             return None
+        encode_id = self.datastore.encode_id
+        rows = [
+            (encode_id(s.originator_id), s.originator_version, s.topic, s.state)
+            for s in stored_events
+        ]
         with self.datastore.transaction(commit=True) as c:
-            ids = self._insert_events(c, stored_events, **kwargs)
+            ids = self._insert_rows(c, rows, **kwargs)
         return self._returning(ids)
+
+    def insert_rows(
+        self, rows: Sequence[tuple[str, int, str, bytes]], *, tracking: Tracking | None = None
+    ) -> list[int]:
+        """``insert_events`` for events already encoded: (originator id as stored, version,
+        topic, state) each. shep's ``EventStore`` appends through this, without building a
+        ``StoredEvent`` per event.
+        """
+        with self.datastore.transaction(commit=True) as c:
+            return self._insert_rows(c, rows, tracking=tracking)
 
     def _returning(self, ids: list[int]) -> Sequence[int] | None:
         return None
 
-    def _insert_events(
-        self, c: apsw.Cursor, stored_events: Sequence[StoredEvent], **_: Any
+    def _insert_rows(
+        self, c: apsw.Cursor, rows: Sequence[tuple[str, int, str, bytes]], **_: Any
     ) -> list[int]:
-        if not stored_events:
+        if not rows:
             return []
         last = c.execute(self._select_last).fetchone()
         position, previous = (int(last[0]), bytes(last[1])) if last else (0, GENESIS_HASH)
-        rows = []
-        ids = []
-        encode_id = self.datastore.encode_id
-        # Batches are mostly one stream and few topics: encode each once.
-        last_id: object = None
-        oid, oid_bytes = "", b""
-        topics: dict[str, bytes] = {}
-        for s in stored_events:
-            position += 1
-            if s.originator_id is not last_id:
-                last_id = s.originator_id
-                oid = encode_id(s.originator_id)
-                oid_bytes = oid.encode()
-            topic = topics.get(s.topic)
-            if topic is None:
-                topic = topics[s.topic] = s.topic.encode()
-            previous = chain_hash(
-                previous, position, oid_bytes, s.originator_version, topic, s.state
-            )
-            rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
-            ids.append(position)
-        c.executemany(self._insert, rows)
-        return ids
+        chained = chained_rows(previous, position, rows)[0]
+        c.executemany(self._insert, chained)
+        return list(range(position + 1, position + 1 + len(chained)))
 
     def select_events(
         self,
@@ -532,10 +527,10 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
             return []
         return super().insert_events(stored_events, **kwargs)
 
-    def _insert_events(
-        self, c: apsw.Cursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    def _insert_rows(
+        self, c: apsw.Cursor, rows: Sequence[tuple[str, int, str, bytes]], **kwargs: Any
     ) -> list[int]:
-        ids = super()._insert_events(c, stored_events, **kwargs)
+        ids = super()._insert_rows(c, rows, **kwargs)
         tracking: Tracking | None = kwargs.get("tracking")
         if tracking is not None:
             self._insert_tracking(c, tracking)

@@ -35,6 +35,7 @@ from eventsourcing.persistence import (
 )
 
 from events.base import Event
+from events.catalog import encode_event as encode
 from events.catalog import topic_of
 from events.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from events.mapper import MsgspecMapper
@@ -47,6 +48,28 @@ T = TypeVar("T")
 
 #: Bumped when the schema changes; tables are created when the file is older.
 SCHEMA_VERSION = 1
+
+
+def _encoded(events: Sequence[Event]) -> list[tuple[str, int, str, bytes]]:
+    """Each event's stored columns: (originator id as hex, version, topic, state).
+
+    A batch is mostly one stream and a few event types: their hex id and topic
+    are computed once each.
+    """
+    rows = []
+    last: UUID | None = None
+    oid = ""
+    topics: dict[type[Event], str] = {}
+    for e in events:
+        if e.originator_id is not last:
+            last = e.originator_id
+            oid = last.hex
+        kind = type(e)
+        topic = topics.get(kind)
+        if topic is None:
+            topic = topics[kind] = topic_of(kind)
+        rows.append((oid, e.originator_version, topic, encode(e)))
+    return rows
 
 
 class EventStore:
@@ -177,10 +200,14 @@ class EventStore:
 
             kwargs["tracking"] = Tracking(application_name=tracking[0], notification_id=tracking[1])
         try:
-            # The library's EventStore.put would also build a Recording per event;
-            # commands only need the positions, so map and insert directly.
-            to_stored = self._mapper.to_stored_event
-            ids = self._insert([to_stored(e) for e in events], kwargs)
+            if self.url is None:
+                # The library's EventStore.put would build a StoredEvent and a Recording
+                # per event; SQLite takes the encoded columns directly (the mapper has no
+                # cipher or compressor here, so its state is the encoded event).
+                ids = self.recorder.insert_rows(_encoded(events), **kwargs)
+            else:
+                to_stored = self._mapper.to_stored_event
+                ids = self._insert([to_stored(e) for e in events], kwargs)
         except IntegrityError as e:
             if not events:
                 raise ConcurrencyError(
