@@ -5,10 +5,14 @@ Commands decide on this fold, never on projections: the stream is the truth.
 
 from __future__ import annotations
 
+import dataclasses
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
+
+import msgspec
 
 from events.base import Event, utc_now
 from events.errors import (
@@ -168,22 +172,70 @@ FOLDED = (
 )
 
 
+#: What a snapshot of ``RunState`` is made of. Bump the number whenever ``RunState.apply``
+#: or ``FOLDED`` changes meaning: snapshots made under another topic are then ignored
+#: and runs folded from their streams again. A change of ``RunState``'s fields changes
+#: the topic by itself.
+SNAPSHOT_TOPIC = "commands.run_state:RunState:1:" + format(
+    zlib.crc32(repr([(f.name, str(f.type)) for f in dataclasses.fields(RunState)]).encode()), "08x"
+)
+_encode_snapshot = msgspec.msgpack.Encoder().encode
+_decode_snapshot = msgspec.msgpack.Decoder(RunState).decode
+
+
 def load_run(store: EventStore, run_id: UUID) -> RunState:
     """Rebuild a run from its stream; ``RunNotFoundError`` if it has none.
 
     The version is the stream's newest event of any type, so the next append
     conflicts if anything at all was appended since.
+
+    A long run is not folded whole on every command: the fold starts from the
+    run's newest snapshot (this process's, or the one stored with the stream) and
+    folds only the events after it. A snapshot is a cache of this same fold at
+    a version the log already has; one that cannot be read, or is ahead of the
+    log, is ignored and the stream folded from its start.
     """
-    # The version first, then the fold of what is at or below it: an event appended
-    # between the two reads must not be folded under an older version (an append
-    # decided on it would then pass the compare-and-set on a stale owner).
-    version = store.stream_version(run_id)
-    events = store.load(run_id, types=FOLDED)
-    state = fold(run_id, (e for e in events if e.originator_version <= version))
+    base = _snapshot(store, run_id)
+    after = base.version if base is not None else 0
+    # One read of the version and of what is at or below it: an event appended after
+    # it must not be folded under an older version (an append decided on it would
+    # then pass the compare-and-set on a stale owner).
+    version, events = store.load_since(run_id, after_version=after, types=FOLDED)
+    if version < after:  # the log is behind the snapshot: it is not this log's
+        base, after = None, 0
+        version, events = store.load_since(run_id, after_version=0, types=FOLDED)
+    state = base
+    for event in events:
+        if state is None:
+            state = RunState(run_id=run_id)
+        state.apply(event)
     if state is None:
         raise RunNotFoundError(str(run_id))
     state.version = version
+    if version > after:
+        remember(store, state)
     return state
+
+
+def _snapshot(store: EventStore, run_id: UUID) -> RunState | None:
+    found = store.get_snapshot(run_id, SNAPSHOT_TOPIC)
+    if found is None:
+        return None
+    version, data = found
+    try:
+        state = _decode_snapshot(data)
+    except msgspec.MsgspecError:
+        return None  # written by another shep, or damaged: fold the stream instead
+    if state.run_id != run_id or state.version != version:
+        return None
+    return state
+
+
+def remember(store: EventStore, state: RunState) -> None:
+    """Keep ``state`` as the run's snapshot: it must be the fold of the run's stream up to
+    ``state.version``, every event of it.
+    """
+    store.put_snapshot(state.run_id, SNAPSHOT_TOPIC, state.version, _encode_snapshot(state))
 
 
 E = TypeVar("E", bound=Event)
@@ -274,5 +326,6 @@ def append_to_run(
             continue
         for event in events:
             state.apply(event)
+        remember(store, state)  # the next command on this run folds nothing before it
         return state, events
     raise AssertionError("unreachable")

@@ -270,15 +270,13 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
             ids = self._insert_rows(c, rows, **kwargs)
         return self._returning(ids)
 
-    def insert_rows(
-        self, rows: Sequence[tuple[str, int, str, bytes]], *, tracking: Tracking | None = None
-    ) -> list[int]:
+    def insert_rows(self, rows: Sequence[tuple[str, int, str, bytes]], **kwargs: Any) -> list[int]:
         """``insert_events`` for events already encoded: (originator id as stored, version,
         topic, state) each. shep's ``EventStore`` appends through this, without building a
         ``StoredEvent`` per event.
         """
         with self.datastore.transaction(commit=True) as c:
-            return self._insert_rows(c, rows, tracking=tracking)
+            return self._insert_rows(c, rows, **kwargs)
 
     def _returning(self, ids: list[int]) -> Sequence[int] | None:
         return None
@@ -331,19 +329,22 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
             ]
 
     def select_events_of_topics(
-        self, originator_id: UUID | str, topics: Sequence[str]
+        self, originator_id: UUID | str, topics: Sequence[str], *, gt: int = 0
     ) -> Sequence[StoredEvent]:
-        """The originator's events whose topic is one of ``topics``, oldest first."""
+        """The originator's events after version ``gt`` whose topic is one of ``topics``,
+        oldest first.
+        """
         statement = (
             "SELECT originator_id, originator_version, topic, state "
-            f"FROM {self.events_table_name} WHERE originator_id=? "
+            f"FROM {self.events_table_name} WHERE originator_id=? AND originator_version>? "
             f"AND topic IN ({','.join('?' * len(topics))}) ORDER BY originator_version"
         )
         decode_id = self.datastore.decode_id
+        params = (self.datastore.encode_id(originator_id), gt, *topics)
         with self.datastore.transaction(commit=False) as c:
             return [
                 StoredEvent(decode_id(row[0]), row[1], row[2], bytes(row[3]))
-                for row in c.execute(statement, (self.datastore.encode_id(originator_id), *topics))
+                for row in c.execute(statement, params)
             ]
 
 
@@ -512,6 +513,23 @@ class ApswTrackingRecorder(ApswRecorder, TrackingRecorder):
         return None if row is None else int(row[0])
 
 
+#: Snapshots of folds of a stream (``commands.run_state`` keeps a run's): one row per stream,
+#: the newest. A cache: the log is the truth, and a reader ignores a snapshot it cannot use.
+#: Created with the first snapshot stored, so a store made before them needs no migration.
+SNAPSHOTS_DDL = (
+    "CREATE TABLE IF NOT EXISTS snapshots ("
+    "originator_id TEXT PRIMARY KEY, originator_version INTEGER NOT NULL, "
+    "topic TEXT NOT NULL, state BLOB NOT NULL) WITHOUT ROWID"
+)
+_UPSERT_SNAPSHOT = (
+    "INSERT INTO snapshots VALUES (?,?,?,?) ON CONFLICT (originator_id) DO UPDATE SET "
+    "originator_version=excluded.originator_version, topic=excluded.topic, state=excluded.state "
+    "WHERE excluded.originator_version > snapshots.originator_version "
+    "OR excluded.topic != snapshots.topic"
+)
+_SELECT_SNAPSHOT = "SELECT originator_version, topic, state FROM snapshots WHERE originator_id=?"
+
+
 class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, ProcessRecorder):
     """Events and a tracking position, recorded in one transaction."""
 
@@ -519,6 +537,15 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
         self, datastore: ApswDatastore, *, events_table_name: str = "stored_events"
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
+        self._select_version = (
+            f"SELECT originator_version FROM {events_table_name} WHERE originator_id=? "
+            "ORDER BY originator_version DESC LIMIT 1"
+        )
+        self._select_since = (
+            f"SELECT originator_version, topic, state FROM {events_table_name} "
+            "WHERE originator_id=? AND originator_version>? AND topic IN "
+        )
+        self._since_order = " ORDER BY originator_version"
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -534,7 +561,37 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
         tracking: Tracking | None = kwargs.get("tracking")
         if tracking is not None:
             self._insert_tracking(c, tracking)
+        snapshot: tuple[str, int, str, bytes] | None = kwargs.get("snapshot")
+        if snapshot is not None:
+            c.execute(SNAPSHOTS_DDL)
+            c.execute(_UPSERT_SNAPSHOT, snapshot)
         return ids
+
+    def select_since(
+        self, originator_id: str, gt: int, topics: Sequence[str]
+    ) -> tuple[int, list[tuple[int, str, bytes]]]:
+        """The stream's version, and its events of ``topics`` after version ``gt`` up to it:
+        (version, topic, state) each, oldest first, read in one transaction.
+        """
+        with self.datastore.transaction(commit=False) as c:
+            row = c.execute(self._select_version, (originator_id,)).fetchone()
+            version = int(row[0]) if row else 0
+            if version <= gt:
+                return version, []
+            statement = self._select_since + f"({','.join('?' * len(topics))})"
+            rows = c.execute(statement + self._since_order, (originator_id, gt, *topics))
+            return version, [(int(v), str(t), bytes(s)) for v, t, s in rows]
+
+    def select_snapshot(self, originator_id: str) -> tuple[int, str, bytes] | None:
+        """The stream's stored snapshot: (version, topic, state), or None."""
+        try:
+            with self.datastore.transaction(commit=False) as c:
+                row = c.execute(_SELECT_SNAPSHOT, (originator_id,)).fetchone()
+        except OperationalError as e:
+            if "no such table" in str(e):
+                return None  # no snapshot was ever stored here
+            raise
+        return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
 
 
 R = TypeVar("R", bound=ApswRecorder)
