@@ -17,6 +17,7 @@ import click
 from events.errors import ShepError
 from events.schema import home_from_env, store_error
 from shep import __version__
+from shep.cli.render import ProgressLine
 from shep.runtime import Runtime
 
 #: command name -> "module:attribute"; modules are imported only when their command runs.
@@ -112,6 +113,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     # `shep settings store` must still work when the file it rewrites is damaged.
     ctx.obj = Runtime.from_environment(debug=debug, repairing=ctx.invoked_subcommand == "settings")
+    ctx.obj.on_progress = ProgressLine()  # a projection this shep changed is rebuilt first
     ctx.call_on_close(ctx.obj.close)
     if ctx.obj.store_file_error is not None:
         return  # the settings group refuses every command but the repair
