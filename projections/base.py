@@ -84,8 +84,11 @@ Handler = Callable[[Batch, Event], None]
 class Projection:
     """A read model: its name (the tracking key), DDL, tables and event handlers.
 
-    Handlers never write events. A handler that reads rows must not depend on
-    rows another handler deferred in the same batch.
+    Handlers never write events, and read and write only their own projection's
+    tables (``tables``), naming them plainly in their statements: so a projection
+    rebuilds alone (``projections.runner.rebuild`` writes new tables under other
+    names). A handler that reads rows must not depend on rows another handler
+    deferred in the same batch.
     """
 
     name: str
