@@ -217,8 +217,25 @@ def load_run(store: EventStore, run_id: UUID) -> RunState:
     return state
 
 
-def _snapshot(store: EventStore, run_id: UUID) -> RunState | None:
-    found = store.get_snapshot(run_id, SNAPSHOT_TOPIC)
+def decide_on(store: EventStore, run_id: UUID, *, at: int | None = None) -> RunState:
+    """The run's fold to decide an append on, to be appended with ``expected_version=``
+    its version.
+
+    This process's own newest fold of the run when the store checks, as it appends,
+    that the stream is still at that version (and, with ``at``, the fold is at
+    ``at``): a worker, usually its run's only writer, then reads nothing before
+    each append, and an append decided on a fold that is no longer current is
+    refused (``ConcurrencyError``; decide again on ``load_run``). Else ``load_run``.
+    """
+    if store.checks_expected_version:
+        state = _snapshot(store, run_id, memory_only=True)
+        if state is not None and (at is None or state.version == at):
+            return state
+    return load_run(store, run_id)
+
+
+def _snapshot(store: EventStore, run_id: UUID, *, memory_only: bool = False) -> RunState | None:
+    found = store.get_snapshot(run_id, SNAPSHOT_TOPIC, memory_only=memory_only)
     if found is None:
         return None
     version, data = found
@@ -312,14 +329,16 @@ def append_to_run(
     a cancel from another process). When one appends between our load and our
     append, the store refuses ours with ``ConcurrencyError``; we then reload and
     decide again on the new state (which may now refuse the transition), a few
-    times before giving up. Nothing is ever appended on a stale decision, and
-    with ``epoch`` nothing is appended once the run has another owner.
+    times before giving up. The first decision may be made on this process's own
+    fold (``decide_on``): the append then commits only if the stream is still at
+    its version. Nothing is ever appended on a stale decision, and with ``epoch``
+    nothing is appended once the run has another owner.
     """
     for attempt in range(CONFLICT_RETRIES):
-        state = load_run(store, run_id)
+        state = decide_on(store, run_id) if attempt == 0 else load_run(store, run_id)
         events = next_events(state, items, epoch=epoch)
         try:
-            store.append(events)
+            store.append(events, expected_version=state.version)
         except ConcurrencyError:
             if attempt == CONFLICT_RETRIES - 1:
                 raise

@@ -557,6 +557,13 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
     def _insert_rows(
         self, c: apsw.Cursor, rows: Sequence[tuple[str, int, str, bytes]], **kwargs: Any
     ) -> list[int]:
+        expected: tuple[str, int] | None = kwargs.get("expected")
+        if expected is not None:
+            row = c.execute(self._select_version, (expected[0],)).fetchone()
+            if (int(row[0]) if row else 0) != expected[1]:
+                raise IntegrityError(
+                    f"stream {expected[0]} is at version {row[0] if row else 0}, not {expected[1]}"
+                )
         ids = super()._insert_rows(c, rows, **kwargs)
         tracking: Tracking | None = kwargs.get("tracking")
         if tracking is not None:

@@ -199,10 +199,24 @@ class EventStore:
                 self.on_retry(f"the shared store is back after {time.monotonic() - started:.1f}s")
             return
 
+    @property
+    def checks_expected_version(self) -> bool:
+        """Whether ``append(expected_version=...)`` checks the stream's version (SQLite)."""
+        return self.url is None
+
     def append(
-        self, events: Sequence[Event], *, tracking: tuple[str, int] | None = None
+        self,
+        events: Sequence[Event],
+        *,
+        tracking: tuple[str, int] | None = None,
+        expected_version: int | None = None,
     ) -> list[int]:
         """Append events in one transaction; return their global positions.
+
+        ``expected_version`` (where ``checks_expected_version``): the first event's
+        stream must be at exactly that version when the events commit, else
+        ``ConcurrencyError`` and nothing is stored; a decision made on a fold at that
+        version then holds at commit even when the fold was not read from the log.
 
         ``tracking`` (a reader's name and the log position it has handled) commits
         in the same transaction, so a follower of the log (the supervisor) never
@@ -224,6 +238,8 @@ class EventStore:
                 # per event; SQLite takes the encoded columns directly (the mapper has no
                 # cipher or compressor here, so its state is the encoded event).
                 stream = events[0].originator_id if events else None
+                if stream is not None and expected_version is not None:
+                    kwargs["expected"] = (stream.hex, expected_version)
                 due = self._snapshot_due(stream) if stream is not None else None
                 if stream is not None and due is not None:
                     kwargs["snapshot"] = (stream.hex, due.version, due.topic, due.state)
@@ -313,11 +329,14 @@ class EventStore:
         to_event = self._mapper.to_domain_event
         return version, [to_event(s) for s in stored if s.originator_version <= version]
 
-    def get_snapshot(self, stream_id: UUID, topic: str) -> tuple[int, bytes] | None:
+    def get_snapshot(
+        self, stream_id: UUID, topic: str, *, memory_only: bool = False
+    ) -> tuple[int, bytes] | None:
         """The newest snapshot of the stream made under ``topic``: (version, state), or None.
 
-        This process's newest, else the one stored with the stream (SQLite). A snapshot
-        only saves folding what it covers again; the caller folds the events after it.
+        This process's newest, else (unless ``memory_only``) the one stored with the
+        stream (SQLite). A snapshot only saves folding what it covers again; the
+        caller folds the events after it.
         """
         with self._snapshots_guard:
             known = self._snapshots.get(stream_id)
@@ -325,7 +344,7 @@ class EventStore:
                 self._snapshots.move_to_end(stream_id)
         if known is not None and known.topic == topic:
             return known.version, known.state
-        if self.url is not None or known is not None:
+        if self.url is not None or known is not None or memory_only:
             return None
         try:
             stored = self.recorder.select_snapshot(stream_id.hex)

@@ -286,3 +286,115 @@ def test_a_stale_fold_in_memory_never_passes_for_the_current_owner(db_path: Path
         current = load_run(worker, run_id)
         assert (current.epoch, current.pid) == (2, 2)
         assert current == fold(run_id, worker.load(run_id))
+
+
+def test_an_append_expecting_a_version_is_refused_at_any_other(db_path: Path) -> None:
+    """``append(expected_version=V)`` stores nothing unless the stream is at V: behind it
+    (the events would leave a gap) as well as ahead of it.
+    """
+    with EventStore(db_path) as store:
+        run_id = _run(store)
+        state = load_run(store, run_id)
+        assert state.version == 1
+        ahead = next_events(state, [(RunStarted, {"pid": 1, "host": "h"})])
+        with pytest.raises(ConcurrencyError):
+            store.append(ahead, expected_version=0)
+        gap = [
+            HeartbeatRecorded(
+                originator_id=run_id, originator_version=3, timestamp=utc_now(), pid=1, host="h"
+            )
+        ]
+        with pytest.raises(ConcurrencyError):
+            store.append(gap, expected_version=2)
+        assert store.stream_version(run_id) == 1
+        store.append(ahead, expected_version=1)
+        assert store.stream_version(run_id) == 2
+
+
+def test_a_worker_decides_on_its_own_fold_and_reads_nothing(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a process is its run's only writer, its appends read nothing of the stream
+    first: each is decided on the fold it kept and commits at that fold's version.
+    """
+    with EventStore(db_path) as store:
+        run_id = _long_run(store, 100)
+        load_run(store, run_id)
+        reads: list[object] = []
+        since = store.recorder.select_since
+        monkeypatch.setattr(store.recorder, "select_since", lambda *a: reads.append(a) or since(*a))
+        record_node_started(store, run_id, "a", epoch=1)
+        record_agent_output(store, run_id, "a", [OutputItem(kind="text", text="x")], epoch=1)
+        record_heartbeat(store, run_id, pid=1, host="h", epoch=1)
+        assert reads == []
+        assert load_run(store, run_id) == fold(run_id, store.load(run_id))
+
+
+def test_a_fold_gone_stale_costs_one_refused_append_then_holds(db_path: Path) -> None:
+    """Another process appends to the run (a heartbeat of its own): this process's next
+    append, decided on its older fold, is refused whole, decided again on the log and
+    stored after the other's event.
+    """
+    with EventStore(db_path) as worker:
+        run_id = _long_run(worker, 100)
+        before = load_run(worker, run_id).version
+        with EventStore(db_path) as other:
+            record_heartbeat(other, run_id, pid=9, host="other", epoch=1)
+        state = record_heartbeat(worker, run_id, pid=1, host="h", epoch=1)
+        assert state.version == before + 2
+        beats = [e for e in worker.load(run_id) if isinstance(e, HeartbeatRecorded)]
+        assert [(e.originator_version, e.pid) for e in beats] == [
+            (before + 1, 9),
+            (before + 2, 1),
+        ]
+        assert state == fold(run_id, worker.load(run_id))
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    writes=st.lists(
+        st.tuples(st.integers(0, 1), st.sampled_from(["node", "output", "heartbeat"])),
+        min_size=1,
+        max_size=30,
+    ),
+    interval=st.integers(1, 5),
+)
+def test_two_writers_each_deciding_on_their_own_folds_stay_exact(
+    writes: list[tuple[int, str]], interval: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes' stores append to one run in any order, each deciding on the fold it
+    keeps: every state a command returns is the fold of the stream up to its version,
+    and no version is skipped or taken twice.
+    """
+    from commands.start_run import start_run
+
+    monkeypatch.setattr(events.store, "SNAPSHOT_INTERVAL", interval)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "shep.db"
+        stores = [EventStore(path, synchronous="OFF"), EventStore(path, synchronous="OFF")]
+        try:
+            run_id = _run(stores[0])
+            start_run(stores[0], run_id, pid=1, host="h")
+            for which, what in writes:
+                store = stores[which]
+                if what == "node":
+                    state = record_node_started(store, run_id, "a", epoch=1)
+                elif what == "output":
+                    state = record_agent_output(
+                        store, run_id, "a", [OutputItem(kind="text", text="x")], epoch=1
+                    )
+                else:
+                    state = record_heartbeat(store, run_id, pid=which, host="h", epoch=1)
+                assert state is not None
+                upto = [e for e in store.load(run_id) if e.originator_version <= state.version]
+                assert state == fold(run_id, upto)
+            stream = stores[1].load(run_id)
+            assert [e.originator_version for e in stream] == list(range(1, len(stream) + 1))
+            assert len(stream) == 2 + len(writes)
+        finally:
+            for store in stores:
+                store.close()
