@@ -54,7 +54,7 @@ SCHEMA_VERSION = 1
 
 #: A stream's stored snapshot is renewed, with the stream's next append, once the
 #: newest fold this process made of it is this many versions ahead of it.
-SNAPSHOT_INTERVAL = 200
+SNAPSHOT_INTERVAL = 100
 #: How many streams' newest snapshots a process keeps in memory.
 SNAPSHOTS_KEPT = 256
 
