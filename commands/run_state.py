@@ -217,21 +217,33 @@ def load_run(store: EventStore, run_id: UUID) -> RunState:
     return state
 
 
-def decide_on(store: EventStore, run_id: UUID, *, at: int | None = None) -> RunState:
-    """The run's fold to decide an append on, to be appended with ``expected_version=``
-    its version.
+def own_fold(store: EventStore, run_id: UUID, *, at: int | None = None) -> RunState | None:
+    """This process's own newest fold of the run (at version ``at``, if given), to decide
+    an append on without reading the log; None when there is none, or when the store
+    cannot check as it appends that the stream is still at the fold's version.
 
-    This process's own newest fold of the run when the store checks, as it appends,
-    that the stream is still at that version (and, with ``at``, the fold is at
-    ``at``): a worker, usually its run's only writer, then reads nothing before
-    each append, and an append decided on a fold that is no longer current is
-    refused (``ConcurrencyError``; decide again on ``load_run``). Else ``load_run``.
+    Append what is decided on it with ``expected_version=`` its version: if the
+    stream has moved on, the append is refused (``ConcurrencyError``) and nothing
+    is stored. A refusal decided on it (a transition it does not allow, another
+    owner) must be decided again on ``load_run``: the fold may be behind the log.
+    A worker, usually its run's only writer, then reads nothing before each append.
     """
-    if store.checks_expected_version:
-        state = _snapshot(store, run_id, memory_only=True)
-        if state is not None and (at is None or state.version == at):
-            return state
-    return load_run(store, run_id)
+    if not store.checks_expected_version:
+        return None
+    state = _snapshot(store, run_id, memory_only=True)
+    if state is None or (at is not None and state.version != at):
+        return None
+    return state
+
+
+def allows(state: RunState, event_type: type[Event], epoch: int | None) -> bool:
+    """Whether ``epoch`` owns the run and its status allows ``event_type``."""
+    try:
+        check_owner(state, epoch)
+        check_transition(state, event_type)
+    except (InvalidTransitionError, WorkerFencedError):
+        return False
+    return True
 
 
 def _snapshot(store: EventStore, run_id: UUID, *, memory_only: bool = False) -> RunState | None:
@@ -312,6 +324,16 @@ def next_events(
     return events
 
 
+def _allowed_events(
+    state: RunState, items: Sequence[tuple[type[E], dict[str, Any]]], epoch: int | None
+) -> list[E] | None:
+    """``next_events``, or None where it refuses (to be decided again on the log)."""
+    try:
+        return next_events(state, items, epoch=epoch)
+    except (InvalidTransitionError, WorkerFencedError):
+        return None
+
+
 #: How often a command reloads and decides again when another writer got there first.
 CONFLICT_RETRIES = 5
 
@@ -330,13 +352,17 @@ def append_to_run(
     append, the store refuses ours with ``ConcurrencyError``; we then reload and
     decide again on the new state (which may now refuse the transition), a few
     times before giving up. The first decision may be made on this process's own
-    fold (``decide_on``): the append then commits only if the stream is still at
-    its version. Nothing is ever appended on a stale decision, and with ``epoch``
-    nothing is appended once the run has another owner.
+    fold (``own_fold``): the append then commits only if the stream is still at
+    its version, and a refusal is decided again on the log. Nothing is ever
+    appended on a stale decision, and with ``epoch`` nothing is appended once the
+    run has another owner.
     """
     for attempt in range(CONFLICT_RETRIES):
-        state = decide_on(store, run_id) if attempt == 0 else load_run(store, run_id)
-        events = next_events(state, items, epoch=epoch)
+        state = own_fold(store, run_id) if attempt == 0 else None
+        events = _allowed_events(state, items, epoch) if state is not None else None
+        if state is None or events is None:
+            state = load_run(store, run_id)
+            events = next_events(state, items, epoch=epoch)
         try:
             store.append(events, expected_version=state.version)
         except ConcurrencyError:

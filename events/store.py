@@ -364,8 +364,8 @@ class EventStore:
         """
         with self._snapshots_guard:
             known = self._snapshots.get(stream_id)
-        if known is not None and known.topic == topic and known.version >= version:
-            return
+        # Kept even when older than the one in memory: each is exact at its version, and
+        # the newer may be of a log that is no longer there (a file put back from a copy).
         stored = known.stored if known is not None and known.topic == topic else 0
         self._keep(stream_id, _Snapshot(topic, version, state, stored))
 

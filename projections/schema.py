@@ -86,9 +86,8 @@ def create_tables(conn: apsw.Connection) -> tuple[str, ...]:
 def _first_versions(conn: apsw.Connection) -> dict[str, int]:
     legacy: int | None = None
     if _exists(conn, LEGACY_SCHEMA_TABLE):
-        (legacy,) = conn.execute(f"SELECT max(version) FROM {LEGACY_SCHEMA_TABLE}").fetchone() or (
-            None,
-        )
+        row = conn.execute(f"SELECT max(version) FROM {LEGACY_SCHEMA_TABLE}").fetchone()
+        legacy = row[0] if row else None
     if legacy == LEGACY_SCHEMA:
         return dict.fromkeys(PROJECTION_NAMES, 1)
     if legacy is None and not any(_exists(conn, t) for t in PROJECTION_TABLES):

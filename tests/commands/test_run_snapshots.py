@@ -398,3 +398,30 @@ def test_two_writers_each_deciding_on_their_own_folds_stay_exact(
         finally:
             for store in stores:
                 store.close()
+
+
+def test_a_refusal_on_a_stale_fold_is_decided_again_on_the_log(db_path: Path) -> None:
+    """This process's fold says the run is running; another process interrupts it. Resuming
+    it here is allowed (the log says interrupted), and so is a checkpoint save by the new
+    owner: a fold kept in memory never refuses what the log allows.
+    """
+    from commands.save_checkpoint import save_checkpoint
+
+    with EventStore(db_path) as here:
+        run_id = _long_run(here, 100)
+        assert load_run(here, run_id).status is RunStatus.RUNNING
+        with EventStore(db_path) as other:
+            mark_interrupted(other, run_id, reason="gone", epoch=1)
+        state = resume_run(here, run_id, pid=2, host="h")
+        assert (state.status, state.epoch) == (RunStatus.RUNNING, 2)
+        with EventStore(db_path) as other:
+            record_heartbeat(other, run_id, pid=2, host="h", epoch=2)
+        beat = HeartbeatRecorded(
+            originator_id=run_id,
+            originator_version=state.version + 2,
+            timestamp=utc_now(),
+            pid=2,
+            host="h",
+        )
+        save_checkpoint(here, [beat], epoch=2)
+        assert load_run(here, run_id) == fold(run_id, here.load(run_id))
