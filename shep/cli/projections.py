@@ -19,16 +19,20 @@ def projections() -> None:
     """Maintain the read models (tables rebuilt from the event log)."""
 
 
-@projections.command("rebuild")
-@click.argument("names", nargs=-1, type=click.Choice(PROJECTION_NAMES))
+_REBUILD_HELP = f"""Rebuild the projections NAME... (all by default) from the event log.
+
+NAME is one of: {", ".join(PROJECTION_NAMES)}.
+
+The new tables are filled beside the current ones, which every command goes on
+reading, and swapped in at the end: stopped before that, the projections are as
+they were.
+"""
+
+
+@projections.command("rebuild", help=_REBUILD_HELP)
+@click.argument("names", nargs=-1, type=click.Choice(PROJECTION_NAMES), metavar="[NAME]...")
 @click.pass_obj
 def rebuild_command(runtime: Runtime, names: tuple[str, ...]) -> None:
-    """Rebuild the projections NAMES (all by default) from the event log.
-
-    The new tables are filled beside the current ones, which every command
-    goes on reading, and swapped in at the end: stopped before that, the
-    projections are as they were.
-    """
     runtime.require_home()
     progress = ProgressLine(finished=False)  # the command says it below
     conn = open_database(runtime.db_path, progress=progress)

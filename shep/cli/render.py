@@ -100,7 +100,7 @@ def printable(text: object) -> str:
 
 
 def rebuild_line(progress: RebuildProgress) -> str:
-    """``Rebuilding logs: 120,000 of 1,030,000 events (11%)``, and the like."""
+    """``Rebuilding logs: 120000 of 1030000 events (11%)``, and the like."""
     names = ", ".join(progress.projections)
     if progress.waiting:
         return f"Waiting for another shep process to finish rebuilding {names}..."
@@ -108,7 +108,7 @@ def rebuild_line(progress: RebuildProgress) -> str:
     if progress.finished:
         return f"Rebuilt {names}{why} from {counted(progress.done, 'event')}."
     share = f" ({100 * progress.done // progress.total}%)" if progress.total else ""
-    return f"Rebuilding {names}{why}: {progress.done:,} of {progress.total:,} events{share}"
+    return f"Rebuilding {names}{why}: {progress.done} of {progress.total} events{share}"
 
 
 class ProgressLine:

@@ -191,3 +191,23 @@ def test_the_cli_says_it_rebuilds_a_changed_projection(store: EventStore, db_pat
     assert "Rebuilt inbox (changed in this version of shep) from " in first.stderr
     second = shep("status", check=True)
     assert "Rebuil" not in second.stderr
+
+
+def test_the_cli_rebuilds_the_projections_it_is_given(store: EventStore, db_path: Path) -> None:
+    """`shep projections rebuild logs` rebuilds logs alone and says so; a name that is no
+    projection is refused with the names that are.
+    """
+    conn = _history(store, db_path, runs=5)
+    rebuilt = snapshot(conn)
+    _mark(conn)
+    conn.close()
+    done = shep("projections", "rebuild", "logs", check=True)
+    assert done.stdout.startswith("Rebuilt logs from ")
+    conn = open_database(db_path)
+    after = snapshot(conn)
+    assert after["logs"] == rebuilt["logs"]
+    assert after["runs"] != rebuilt["runs"]  # still marked: not rebuilt
+    conn.close()
+    refused = shep("projections", "rebuild", "nope")
+    assert refused.returncode == 2
+    assert "'nope' is not one of 'runs', 'logs'" in refused.stderr
