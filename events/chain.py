@@ -53,21 +53,24 @@ def chained_rows(
     ``events`` are (originator id, version, topic, state) as stored; the result is
     the rows (position, originator id, version, topic, state, chain hash) and the
     last hash. The same hash as ``chain_hash``, in one loop: a batch's events are
-    mostly one stream and a few topics, so each is encoded once.
+    mostly one stream and a few topics, so an id or topic the same as the previous
+    event's is not encoded again.
     """
     sha256, pack, join = _sha256, _HEADER.pack, b"".join
     rows = []
-    ids: dict[str, bytes] = {}
-    topics: dict[str, bytes] = {}
+    last_oid: str | None = None
+    last_topic: str | None = None
+    oid_bytes = topic_bytes = b""
+    oid_length = topic_length = 0
     for oid, version, topic, state in events:
         position += 1
-        oid_bytes = ids.get(oid)
-        if oid_bytes is None:
-            oid_bytes = ids[oid] = oid.encode()
-        topic_bytes = topics.get(topic)
-        if topic_bytes is None:
-            topic_bytes = topics[topic] = topic.encode()
-        header = pack(position, version, len(oid_bytes), len(topic_bytes), len(state))
+        if oid is not last_oid:
+            last_oid, oid_bytes = oid, oid.encode()
+            oid_length = len(oid_bytes)
+        if topic is not last_topic:
+            last_topic, topic_bytes = topic, topic.encode()
+            topic_length = len(topic_bytes)
+        header = pack(position, version, oid_length, topic_length, len(state))
         previous = sha256(join((previous, header, oid_bytes, topic_bytes, state))).digest()
         rows.append((position, oid, version, topic, state, previous))
     return rows, previous

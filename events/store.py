@@ -75,16 +75,15 @@ def _encoded(events: Sequence[Event]) -> list[tuple[str, int, str, bytes]]:
     """
     rows = []
     last: UUID | None = None
-    oid = ""
-    topics: dict[type[Event], str] = {}
+    last_kind: type[Event] | None = None
+    oid = topic = ""
     for e in events:
         if e.originator_id is not last:
             last = e.originator_id
             oid = last.hex
-        kind = type(e)
-        topic = topics.get(kind)
-        if topic is None:
-            topic = topics[kind] = topic_of(kind)
+        if type(e) is not last_kind:
+            last_kind = type(e)
+            topic = topic_of(last_kind)
         rows.append((oid, e.originator_version, topic, encode(e)))
     return rows
 
