@@ -123,6 +123,81 @@ def bench_appends(workdir: Path, n_single: int, n_batches: int, rounds: int) -> 
     }
 
 
+def _append_node(store: EventStore, run_id: UUID, node: str, epoch: int) -> None:
+    """What a worker appends for one node: started, its session, agent output in five
+    batches, a heartbeat, completed; each a command that loads the run and checks its owner.
+    """
+    from commands.record_agent_output import OutputItem, record_agent_output
+    from commands.record_heartbeat import record_heartbeat
+    from commands.record_node import (
+        record_agent_session,
+        record_node_completed,
+        record_node_started,
+    )
+
+    record_node_started(store, run_id, node, epoch=epoch)
+    record_agent_session(store, run_id, node, f"session-{node}", epoch=epoch)
+    for batch in range(5):
+        items = [OutputItem(kind="text", text=f"line {batch}.{i}") for i in range(20)]
+        record_agent_output(store, run_id, node, items, epoch=epoch)
+    record_heartbeat(store, run_id, pid=1, host="bench", node=node, epoch=epoch)
+    record_node_completed(store, run_id, node, duration_ms=1, epoch=epoch)
+
+
+def bench_long_run(workdir: Path, long_events: int, rounds: int) -> dict[str, float]:
+    """A node's events appended to a run that already has ``long_events`` events, over the
+    same appended to a new run; each node by a newly opened store (a new process's first
+    command finds no fold of the run in memory).
+    """
+    from commands.create_run import create_run
+    from commands.record_agent_output import OutputItem, record_agent_output
+    from commands.start_run import start_run
+
+    path = workdir / "long.db"
+
+    def new_run(store: EventStore) -> UUID:
+        run_id = create_run(
+            store, workflow="bench", agent_type="demo", repo="/r", node_names=[], created_by="b"
+        )
+        start_run(store, run_id, pid=1, host="bench")
+        return run_id
+
+    with EventStore(path) as store:
+        long_run = new_run(store)
+        items = [OutputItem(kind="text", text=f"output line {i}") for i in range(1000)]
+        while store.stream_version(long_run) < long_events:
+            record_agent_output(store, long_run, "long", items, epoch=1)
+        size = store.stream_version(long_run)
+
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+
+    def node_on(run_id: UUID | None) -> float:
+        with EventStore(path) as store:
+            target = run_id if run_id is not None else new_run(store)
+        with EventStore(path) as store:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            _append_node(store, target, f"n{uuid4().hex[:6]}", epoch=1)
+            cpu[run_id is not None].append(time.process_time() - start_cpu)
+            return time.perf_counter() - start
+
+    node_on(long_run)  # warm the page cache for both sides alike
+    node_on(None)
+    cpu[True].clear()
+    cpu[False].clear()
+    long_s, fresh_s = _interleaved(lambda: node_on(long_run), lambda: node_on(None), rounds)
+    return {
+        "long_run_events": size,
+        "append_long_run_node_ms": round(long_s * 1000, 2),
+        "append_new_run_node_ms": round(fresh_s * 1000, 2),
+        "append_long_run_ratio": round(long_s / fresh_s, 3),
+        # This process's CPU for the same: steadier than the wall times (the syncs'
+        # waits) on a busy machine.
+        "append_long_run_cpu_ratio": round(
+            statistics.median(cpu[True]) / statistics.median(cpu[False]), 3
+        ),
+    }
+
+
 def bench_rebuild(db: Path, rounds: int) -> dict[str, float]:
     """Full rebuild of every projection from the log (median of ``rounds``)."""
     from projections.database import open_database
@@ -472,6 +547,9 @@ def main() -> None:
                 n_batches=20 if quick else 100,
                 rounds=3 if quick else 5,
             )
+        )
+        results.update(
+            bench_long_run(work, long_events=10_000 if quick else 100_000, rounds=5 if quick else 9)
         )
         home = work / "home"
         home.mkdir(mode=0o700)

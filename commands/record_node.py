@@ -18,6 +18,7 @@ from commands.run_state import (
     check_transition,
     load_run,
     next_events,
+    remember,
 )
 from events.runs import (
     AgentSessionRecorded,
@@ -73,7 +74,11 @@ def start_agent(
         check_transition(state, AgentStarted)
         process = popen()
         fields = {"node": node, "agent": agent, "pid": process.pid}
-        store.append(next_events(state, [(AgentStarted, fields)], epoch=epoch))
+        events = next_events(state, [(AgentStarted, fields)], epoch=epoch)
+        store.append(events)
+        for event in events:
+            state.apply(event)
+    remember(store, state)  # the worker's next append decides on it without reading
     return process
 
 

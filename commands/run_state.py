@@ -5,10 +5,14 @@ Commands decide on this fold, never on projections: the stream is the truth.
 
 from __future__ import annotations
 
+import dataclasses
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
+
+import msgspec
 
 from events.base import Event, utc_now
 from events.errors import (
@@ -168,22 +172,99 @@ FOLDED = (
 )
 
 
+#: What a snapshot of ``RunState`` is made of. Bump the number whenever ``RunState.apply``
+#: or ``FOLDED`` changes meaning: snapshots made under another topic are then ignored
+#: and runs folded from their streams again. A change of ``RunState``'s fields changes
+#: the topic by itself.
+SNAPSHOT_TOPIC = "commands.run_state:RunState:1:" + format(
+    zlib.crc32(repr([(f.name, str(f.type)) for f in dataclasses.fields(RunState)]).encode()), "08x"
+)
+_encode_snapshot = msgspec.msgpack.Encoder().encode
+_decode_snapshot = msgspec.msgpack.Decoder(RunState).decode
+
+
 def load_run(store: EventStore, run_id: UUID) -> RunState:
     """Rebuild a run from its stream; ``RunNotFoundError`` if it has none.
 
     The version is the stream's newest event of any type, so the next append
     conflicts if anything at all was appended since.
+
+    A long run is not folded whole on every command: the fold starts from the
+    run's newest snapshot (this process's, or the one stored with the stream) and
+    folds only the events after it. A snapshot is a cache of this same fold at
+    a version the log already has; one that cannot be read, or is ahead of the
+    log, is ignored and the stream folded from its start.
     """
-    # The version first, then the fold of what is at or below it: an event appended
-    # between the two reads must not be folded under an older version (an append
-    # decided on it would then pass the compare-and-set on a stale owner).
-    version = store.stream_version(run_id)
-    events = store.load(run_id, types=FOLDED)
-    state = fold(run_id, (e for e in events if e.originator_version <= version))
+    base = _snapshot(store, run_id)
+    after = base.version if base is not None else 0
+    # One read of the version and of what is at or below it: an event appended after
+    # it must not be folded under an older version (an append decided on it would
+    # then pass the compare-and-set on a stale owner).
+    version, events = store.load_since(run_id, after_version=after, types=FOLDED)
+    if version < after:  # the log is behind the snapshot: it is not this log's
+        base, after = None, 0
+        version, events = store.load_since(run_id, after_version=0, types=FOLDED)
+    state = base
+    for event in events:
+        if state is None:
+            state = RunState(run_id=run_id)
+        state.apply(event)
     if state is None:
         raise RunNotFoundError(str(run_id))
     state.version = version
+    if version > after:
+        remember(store, state)
     return state
+
+
+def own_fold(store: EventStore, run_id: UUID, *, at: int | None = None) -> RunState | None:
+    """This process's own newest fold of the run (at version ``at``, if given), to decide
+    an append on without reading the log; None when there is none, or when the store
+    cannot check as it appends that the stream is still at the fold's version.
+
+    Append what is decided on it with ``expected_version=`` its version: if the
+    stream has moved on, the append is refused (``ConcurrencyError``) and nothing
+    is stored. A refusal decided on it (a transition it does not allow, another
+    owner) must be decided again on ``load_run``: the fold may be behind the log.
+    A worker, usually its run's only writer, then reads nothing before each append.
+    """
+    if not store.checks_expected_version:
+        return None
+    state = _snapshot(store, run_id, memory_only=True)
+    if state is None or (at is not None and state.version != at):
+        return None
+    return state
+
+
+def allows(state: RunState, event_type: type[Event], epoch: int | None) -> bool:
+    """Whether ``epoch`` owns the run and its status allows ``event_type``."""
+    try:
+        check_owner(state, epoch)
+        check_transition(state, event_type)
+    except (InvalidTransitionError, WorkerFencedError):
+        return False
+    return True
+
+
+def _snapshot(store: EventStore, run_id: UUID, *, memory_only: bool = False) -> RunState | None:
+    found = store.get_snapshot(run_id, SNAPSHOT_TOPIC, memory_only=memory_only)
+    if found is None:
+        return None
+    version, data = found
+    try:
+        state = _decode_snapshot(data)
+    except msgspec.MsgspecError:
+        return None  # written by another shep, or damaged: fold the stream instead
+    if state.run_id != run_id or state.version != version:
+        return None
+    return state
+
+
+def remember(store: EventStore, state: RunState) -> None:
+    """Keep ``state`` as the run's snapshot: it must be the fold of the run's stream up to
+    ``state.version``, every event of it.
+    """
+    store.put_snapshot(state.run_id, SNAPSHOT_TOPIC, state.version, _encode_snapshot(state))
 
 
 E = TypeVar("E", bound=Event)
@@ -243,6 +324,16 @@ def next_events(
     return events
 
 
+def _allowed_events(
+    state: RunState, items: Sequence[tuple[type[E], dict[str, Any]]], epoch: int | None
+) -> list[E] | None:
+    """``next_events``, or None where it refuses (to be decided again on the log)."""
+    try:
+        return next_events(state, items, epoch=epoch)
+    except (InvalidTransitionError, WorkerFencedError):
+        return None
+
+
 #: How often a command reloads and decides again when another writer got there first.
 CONFLICT_RETRIES = 5
 
@@ -260,19 +351,26 @@ def append_to_run(
     a cancel from another process). When one appends between our load and our
     append, the store refuses ours with ``ConcurrencyError``; we then reload and
     decide again on the new state (which may now refuse the transition), a few
-    times before giving up. Nothing is ever appended on a stale decision, and
-    with ``epoch`` nothing is appended once the run has another owner.
+    times before giving up. The first decision may be made on this process's own
+    fold (``own_fold``): the append then commits only if the stream is still at
+    its version, and a refusal is decided again on the log. Nothing is ever
+    appended on a stale decision, and with ``epoch`` nothing is appended once the
+    run has another owner.
     """
     for attempt in range(CONFLICT_RETRIES):
-        state = load_run(store, run_id)
-        events = next_events(state, items, epoch=epoch)
+        state = own_fold(store, run_id) if attempt == 0 else None
+        events = _allowed_events(state, items, epoch) if state is not None else None
+        if state is None or events is None:
+            state = load_run(store, run_id)
+            events = next_events(state, items, epoch=epoch)
         try:
-            store.append(events)
+            store.append(events, expected_version=state.version)
         except ConcurrencyError:
             if attempt == CONFLICT_RETRIES - 1:
                 raise
             continue
         for event in events:
             state.apply(event)
+        remember(store, state)  # the next command on this run folds nothing before it
         return state, events
     raise AssertionError("unreachable")

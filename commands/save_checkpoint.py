@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from commands.run_state import check_owner, check_transition, load_run
+from commands.run_state import (
+    allows,
+    check_owner,
+    check_transition,
+    load_run,
+    own_fold,
+    remember,
+)
 from events.base import Event
 from events.errors import ConcurrencyError
 from events.store import EventStore
@@ -24,8 +31,9 @@ def save_checkpoint(
     With ``epoch`` (a worker saving its run's graph) the stream is a run that
     must still be running under that owner: a cancelled run or a fenced-off
     worker gets ``InvalidTransitionError`` / ``WorkerFencedError`` and nothing
-    is stored. The check is made at the version the batch follows, so the
-    append's compare-and-set on that version keeps it true until commit.
+    is stored. The check is made at the version the batch follows (on this
+    process's own fold of the run when it has one there), and the append commits
+    only if the stream is still at that version, so the check holds until commit.
     """
     if not events:
         return
@@ -40,13 +48,22 @@ def save_checkpoint(
                 f"{type(event).__name__} is version {event.originator_version} of "
                 f"{event.originator_id}"
             )
-    if epoch is not None:
+    if epoch is None:
+        store.append(events)
+        return
+    follows = first.originator_version - 1
+    state = own_fold(store, first.originator_id, at=follows)
+    # Run events and checkpoints: while running. A refusal on this process's own fold
+    # is checked on the log, which the fold may be behind.
+    if state is None or not allows(state, type(first), epoch):
         state = load_run(store, first.originator_id)
-        if state.version != first.originator_version - 1:
+        if state.version != follows:
             raise ConcurrencyError(
-                f"Stream {first.originator_id} is at version {state.version}, "
-                f"not {first.originator_version - 1}."
+                f"Stream {first.originator_id} is at version {state.version}, not {follows}."
             )
         check_owner(state, epoch)
-        check_transition(state, type(first))  # run events and checkpoints: while running
-    store.append(events)
+        check_transition(state, type(first))
+    store.append(events, expected_version=follows)
+    for event in events:
+        state.apply(event)
+    remember(store, state)  # the next step's check reads nothing

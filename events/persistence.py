@@ -47,7 +47,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
-from events.chain import GENESIS_HASH, chain_hash
+from events.chain import GENESIS_HASH, chained_rows
 from events.schema import (
     DEFAULT_BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
@@ -298,43 +298,36 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
     ) -> Sequence[int] | None:
         if not stored_events and kwargs.get("tracking") is None:
             return None
+        encode_id = self.datastore.encode_id
+        rows = [
+            (encode_id(s.originator_id), s.originator_version, s.topic, s.state)
+            for s in stored_events
+        ]
         with self.datastore.transaction(commit=True) as c:
-            ids = self._insert_events(c, stored_events, **kwargs)
+            ids = self._insert_rows(c, rows, **kwargs)
         return self._returning(ids)
+
+    def insert_rows(self, rows: Sequence[tuple[str, int, str, bytes]], **kwargs: Any) -> list[int]:
+        """``insert_events`` for events already encoded: (originator id as stored, version,
+        topic, state) each. shep's ``EventStore`` appends through this, without building a
+        ``StoredEvent`` per event.
+        """
+        with self.datastore.transaction(commit=True) as c:
+            return self._insert_rows(c, rows, **kwargs)
 
     def _returning(self, ids: list[int]) -> Sequence[int] | None:
         return None
 
-    def _insert_events(
-        self, c: apsw.Cursor, stored_events: Sequence[StoredEvent], **_: Any
+    def _insert_rows(
+        self, c: apsw.Cursor, rows: Sequence[tuple[str, int, str, bytes]], **_: Any
     ) -> list[int]:
-        if not stored_events:
+        if not rows:
             return []
         last = c.execute(self._select_last).fetchone()
         position, previous = (int(last[0]), bytes(last[1])) if last else (0, GENESIS_HASH)
-        rows = []
-        ids = []
-        encode_id = self.datastore.encode_id
-        # Batches are mostly one stream and few topics: encode each once.
-        last_id: object = None
-        oid, oid_bytes = "", b""
-        topics: dict[str, bytes] = {}
-        for s in stored_events:
-            position += 1
-            if s.originator_id is not last_id:
-                last_id = s.originator_id
-                oid = encode_id(s.originator_id)
-                oid_bytes = oid.encode()
-            topic = topics.get(s.topic)
-            if topic is None:
-                topic = topics[s.topic] = s.topic.encode()
-            previous = chain_hash(
-                previous, position, oid_bytes, s.originator_version, topic, s.state
-            )
-            rows.append((position, oid, s.originator_version, s.topic, s.state, previous))
-            ids.append(position)
-        c.executemany(self._insert, rows)
-        return ids
+        chained = chained_rows(previous, position, rows)[0]
+        c.executemany(self._insert, chained)
+        return list(range(position + 1, position + 1 + len(chained)))
 
     def select_events(
         self,
@@ -373,19 +366,22 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
             ]
 
     def select_events_of_topics(
-        self, originator_id: UUID | str, topics: Sequence[str]
+        self, originator_id: UUID | str, topics: Sequence[str], *, gt: int = 0
     ) -> Sequence[StoredEvent]:
-        """The originator's events whose topic is one of ``topics``, oldest first."""
+        """The originator's events after version ``gt`` whose topic is one of ``topics``,
+        oldest first.
+        """
         statement = (
             "SELECT originator_id, originator_version, topic, state "
-            f"FROM {self.events_table_name} WHERE originator_id=? "
+            f"FROM {self.events_table_name} WHERE originator_id=? AND originator_version>? "
             f"AND topic IN ({','.join('?' * len(topics))}) ORDER BY originator_version"
         )
         decode_id = self.datastore.decode_id
+        params = (self.datastore.encode_id(originator_id), gt, *topics)
         with self.datastore.transaction(commit=False) as c:
             return [
                 StoredEvent(decode_id(row[0]), row[1], row[2], bytes(row[3]))
-                for row in c.execute(statement, (self.datastore.encode_id(originator_id), *topics))
+                for row in c.execute(statement, params)
             ]
 
 
@@ -554,6 +550,23 @@ class ApswTrackingRecorder(ApswRecorder, TrackingRecorder):
         return None if row is None else int(row[0])
 
 
+#: Snapshots of folds of a stream (``commands.run_state`` keeps a run's): one row per stream,
+#: the newest. A cache: the log is the truth, and a reader ignores a snapshot it cannot use.
+#: Created with the first snapshot stored, so a store made before them needs no migration.
+SNAPSHOTS_DDL = (
+    "CREATE TABLE IF NOT EXISTS snapshots ("
+    "originator_id TEXT PRIMARY KEY, originator_version INTEGER NOT NULL, "
+    "topic TEXT NOT NULL, state BLOB NOT NULL) WITHOUT ROWID"
+)
+_UPSERT_SNAPSHOT = (
+    "INSERT INTO snapshots VALUES (?,?,?,?) ON CONFLICT (originator_id) DO UPDATE SET "
+    "originator_version=excluded.originator_version, topic=excluded.topic, state=excluded.state "
+    "WHERE excluded.originator_version > snapshots.originator_version "
+    "OR excluded.topic != snapshots.topic"
+)
+_SELECT_SNAPSHOT = "SELECT originator_version, topic, state FROM snapshots WHERE originator_id=?"
+
+
 class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, ProcessRecorder):
     """Events and a tracking position, recorded in one transaction."""
 
@@ -561,6 +574,15 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
         self, datastore: ApswDatastore, *, events_table_name: str = "stored_events"
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
+        self._select_version = (
+            f"SELECT originator_version FROM {events_table_name} WHERE originator_id=? "
+            "ORDER BY originator_version DESC LIMIT 1"
+        )
+        self._select_since = (
+            f"SELECT originator_version, topic, state FROM {events_table_name} "
+            "WHERE originator_id=? AND originator_version>? AND topic IN "
+        )
+        self._since_order = " ORDER BY originator_version"
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -569,14 +591,51 @@ class ApswProcessRecorder(ApswTrackingRecorder, ApswApplicationRecorder, Process
             return []
         return super().insert_events(stored_events, **kwargs)
 
-    def _insert_events(
-        self, c: apsw.Cursor, stored_events: Sequence[StoredEvent], **kwargs: Any
+    def _insert_rows(
+        self, c: apsw.Cursor, rows: Sequence[tuple[str, int, str, bytes]], **kwargs: Any
     ) -> list[int]:
-        ids = super()._insert_events(c, stored_events, **kwargs)
+        expected: tuple[str, int] | None = kwargs.get("expected")
+        if expected is not None:
+            row = c.execute(self._select_version, (expected[0],)).fetchone()
+            if (int(row[0]) if row else 0) != expected[1]:
+                raise IntegrityError(
+                    f"stream {expected[0]} is at version {row[0] if row else 0}, not {expected[1]}"
+                )
+        ids = super()._insert_rows(c, rows, **kwargs)
         tracking: Tracking | None = kwargs.get("tracking")
         if tracking is not None:
             self._insert_tracking(c, tracking)
+        snapshot: tuple[str, int, str, bytes] | None = kwargs.get("snapshot")
+        if snapshot is not None:
+            c.execute(SNAPSHOTS_DDL)
+            c.execute(_UPSERT_SNAPSHOT, snapshot)
         return ids
+
+    def select_since(
+        self, originator_id: str, gt: int, topics: Sequence[str]
+    ) -> tuple[int, list[tuple[int, str, bytes]]]:
+        """The stream's version, and its events of ``topics`` after version ``gt`` up to it:
+        (version, topic, state) each, oldest first, read in one transaction.
+        """
+        with self.datastore.transaction(commit=False) as c:
+            row = c.execute(self._select_version, (originator_id,)).fetchone()
+            version = int(row[0]) if row else 0
+            if version <= gt:
+                return version, []
+            statement = self._select_since + f"({','.join('?' * len(topics))})"
+            rows = c.execute(statement + self._since_order, (originator_id, gt, *topics))
+            return version, [(int(v), str(t), bytes(s)) for v, t, s in rows]
+
+    def select_snapshot(self, originator_id: str) -> tuple[int, str, bytes] | None:
+        """The stream's stored snapshot: (version, topic, state), or None."""
+        try:
+            with self.datastore.transaction(commit=False) as c:
+                row = c.execute(_SELECT_SNAPSHOT, (originator_id,)).fetchone()
+        except OperationalError as e:
+            if "no such table" in str(e):
+                return None  # no snapshot was ever stored here
+            raise
+        return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
 
 
 R = TypeVar("R", bound=ApswRecorder)

@@ -298,7 +298,8 @@ class PgProcessRecorder(PostgresProcessRecorder):
         ).format(schema=schema, table=table)
         self._select_events = columns + SQL("WHERE originator_id = %s")
         self._select_topics = columns + SQL(
-            "WHERE originator_id = %s AND topic = ANY(%s) ORDER BY originator_version"
+            "WHERE originator_id = %s AND originator_version > %s AND topic = ANY(%s) "
+            "ORDER BY originator_version"
         )
         self._select_notifications = SQL(
             "SELECT notification_id, originator_id, originator_version, topic, state "
@@ -492,10 +493,12 @@ class PgProcessRecorder(PostgresProcessRecorder):
         )
 
     def select_events_of_topics(
-        self, originator_id: UUID | str, topics: Sequence[str]
+        self, originator_id: UUID | str, topics: Sequence[str], *, gt: int = 0
     ) -> Sequence[StoredEvent]:
-        """The originator's events whose topic is one of ``topics``, oldest first."""
-        params = (self.datastore.encode_id(originator_id), list(topics))
+        """The originator's events after version ``gt`` whose topic is one of ``topics``,
+        oldest first.
+        """
+        params = (self.datastore.encode_id(originator_id), gt, list(topics))
         with self.datastore.transaction(commit=False) as curs:
             rows = curs.execute(self._select_topics, params, prepare=True)
             return [self._stored(row) for row in rows]

@@ -15,12 +15,14 @@ server, with backoff, up to that many seconds in all before it gives up.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, NamedTuple, Self, TypeVar, cast
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -35,6 +37,8 @@ from eventsourcing.persistence import (
 )
 
 from events.base import Event
+from events.catalog import decode_event as decode
+from events.catalog import encode_event as encode
 from events.catalog import topic_of
 from events.errors import ConcurrencyError, StoreError, StoreUnavailableError, UnknownEventError
 from events.mapper import MsgspecMapper
@@ -50,6 +54,41 @@ T = TypeVar("T")
 #: Waiting for a lost shared store: the first pause, doubled up to the longest.
 RETRY_FIRST_DELAY = 0.2
 RETRY_LONGEST_DELAY = 5.0
+
+#: A stream's stored snapshot is renewed, with the stream's next append, once the
+#: newest fold this process made of it is this many versions ahead of it.
+SNAPSHOT_INTERVAL = 100
+#: How many streams' newest snapshots a process keeps in memory.
+SNAPSHOTS_KEPT = 256
+
+
+class _Snapshot(NamedTuple):
+    topic: str
+    version: int
+    state: bytes
+    #: The version of the stream's snapshot known to be in the store's table (0: none).
+    stored: int
+
+
+def _encoded(events: Sequence[Event]) -> list[tuple[str, int, str, bytes]]:
+    """Each event's stored columns: (originator id as hex, version, topic, state).
+
+    A batch is mostly one stream and a few event types: their hex id and topic
+    are computed once each.
+    """
+    rows = []
+    last: UUID | None = None
+    last_kind: type[Event] | None = None
+    oid = topic = ""
+    for e in events:
+        if e.originator_id is not last:
+            last = e.originator_id
+            oid = last.hex
+        if type(e) is not last_kind:
+            last_kind = type(e)
+            topic = topic_of(last_kind)
+        rows.append((oid, e.originator_version, topic, encode(e)))
+    return rows
 
 
 class EventStore:
@@ -74,6 +113,8 @@ class EventStore:
         self.on_retry: Callable[[str], None] | None = None
         self._gave_up: StoreError | None = None
         self._mapper = MsgspecMapper()
+        self._snapshots: OrderedDict[UUID, _Snapshot] = OrderedDict()
+        self._snapshots_guard = threading.Lock()
         if self.url is not None:
             from events.postgres import PgDatastore, PgProcessRecorder
 
@@ -168,10 +209,24 @@ class EventStore:
                 self.on_retry(f"the shared store is back after {time.monotonic() - started:.1f}s")
             return
 
+    @property
+    def checks_expected_version(self) -> bool:
+        """Whether ``append(expected_version=...)`` checks the stream's version (SQLite)."""
+        return self.url is None
+
     def append(
-        self, events: Sequence[Event], *, tracking: tuple[str, int] | None = None
+        self,
+        events: Sequence[Event],
+        *,
+        tracking: tuple[str, int] | None = None,
+        expected_version: int | None = None,
     ) -> list[int]:
         """Append events in one transaction; return their global positions.
+
+        ``expected_version`` (where ``checks_expected_version``): the first event's
+        stream must be at exactly that version when the events commit, else
+        ``ConcurrencyError`` and nothing is stored; a decision made on a fold at that
+        version then holds at commit even when the fold was not read from the log.
 
         ``tracking`` (a reader's name and the log position it has handled) commits
         in the same transaction, so a follower of the log (the supervisor) never
@@ -184,16 +239,28 @@ class EventStore:
             return []
         if self.schema.too_new is not None:
             raise self.schema.too_new
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if tracking is not None:
             from eventsourcing.persistence import Tracking
 
             kwargs["tracking"] = Tracking(application_name=tracking[0], notification_id=tracking[1])
         try:
-            # The library's EventStore.put would also build a Recording per event;
-            # commands only need the positions, so map and insert directly.
-            to_stored = self._mapper.to_stored_event
-            ids = self._insert([to_stored(e) for e in events], kwargs)
+            if self.url is None:
+                # The library's EventStore.put would build a StoredEvent and a Recording
+                # per event; SQLite takes the encoded columns directly (the mapper has no
+                # cipher or compressor here, so its state is the encoded event).
+                stream = events[0].originator_id if events else None
+                if stream is not None and expected_version is not None:
+                    kwargs["expected"] = (stream.hex, expected_version)
+                due = self._snapshot_due(stream) if stream is not None else None
+                if stream is not None and due is not None:
+                    kwargs["snapshot"] = (stream.hex, due.version, due.topic, due.state)
+                ids = self.recorder.insert_rows(_encoded(events), **kwargs)
+                if stream is not None and due is not None:
+                    self._stored_snapshot(stream, due)
+            else:
+                to_stored = self._mapper.to_stored_event
+                ids = self._insert([to_stored(e) for e in events], kwargs)
         except IntegrityError as e:
             if not events:
                 raise ConcurrencyError(
@@ -238,13 +305,13 @@ class EventStore:
                     lambda: cast(list[Event], list(self._events.get(stream_id, gt=after_version)))
                 )
             names = [topic_of(t) for t in types]
-            stored = self._call(lambda: self.recorder.select_events_of_topics(stream_id, names))
+            stored = self._call(
+                lambda: self.recorder.select_events_of_topics(
+                    stream_id, names, gt=after_version or 0
+                )
+            )
             to_event = self._mapper.to_domain_event
-            return [
-                to_event(s)
-                for s in stored
-                if after_version is None or s.originator_version > after_version
-            ]
+            return [to_event(s) for s in stored]
         except PersistenceError as e:
             raise self._error(e) from e
         except UnknownEventError as e:
@@ -256,6 +323,99 @@ class EventStore:
         if self.url is not None:
             place = f"The shared store at {pg_where(self.url)}"
         return error.naming(self.schema.newest_writer, where=place)
+
+    def load_since(
+        self, stream_id: UUID, *, after_version: int, types: Sequence[type[Event]]
+    ) -> tuple[int, list[Event]]:
+        """The stream's version, and its events of ``types`` after ``after_version`` up to
+        that version, oldest first.
+
+        A fold of what it returns onto a fold at ``after_version`` is the fold at the
+        returned version: every event at or below it is included, whatever is appended
+        meanwhile.
+        """
+        names = [topic_of(t) for t in types]
+        try:
+            if self.url is None:
+                version, rows = self.recorder.select_since(stream_id.hex, after_version, names)
+                return version, [decode(topic, state) for _, topic, state in rows]
+            # The version first, then what is at or below it: an event appended between
+            # the two reads is left for the next fold.
+            version = self.stream_version(stream_id)
+            stored = self._call(
+                lambda: self.recorder.select_events_of_topics(stream_id, names, gt=after_version)
+            )
+        except PersistenceError as e:
+            raise self._error(e) from e
+        except UnknownEventError as e:
+            raise self._unknown(e) from None
+        to_event = self._mapper.to_domain_event
+        try:
+            return version, [to_event(s) for s in stored if s.originator_version <= version]
+        except UnknownEventError as e:
+            raise self._unknown(e) from None
+
+    def get_snapshot(
+        self, stream_id: UUID, topic: str, *, memory_only: bool = False
+    ) -> tuple[int, bytes] | None:
+        """The newest snapshot of the stream made under ``topic``: (version, state), or None.
+
+        This process's newest, else (unless ``memory_only``) the one stored with the
+        stream (SQLite). A snapshot only saves folding what it covers again; the
+        caller folds the events after it.
+        """
+        with self._snapshots_guard:
+            known = self._snapshots.get(stream_id)
+            if known is not None:
+                self._snapshots.move_to_end(stream_id)
+        if known is not None and known.topic == topic:
+            return known.version, known.state
+        if self.url is not None or known is not None or memory_only:
+            return None
+        try:
+            stored = self.recorder.select_snapshot(stream_id.hex)
+        except PersistenceError as e:
+            raise self._error(e) from e
+        if stored is None:
+            return None
+        version, stored_topic, state = stored
+        self._keep(stream_id, _Snapshot(stored_topic, version, state, version))
+        return (version, state) if stored_topic == topic else None
+
+    def put_snapshot(self, stream_id: UUID, topic: str, version: int, state: bytes) -> None:
+        """Keep ``state`` as the stream's fold at ``version`` (made under ``topic``).
+
+        Kept in memory; on SQLite it is also stored, in the transaction of the stream's
+        next append, once it is ``SNAPSHOT_INTERVAL`` versions ahead of the stored one.
+        """
+        with self._snapshots_guard:
+            known = self._snapshots.get(stream_id)
+        # Kept even when older than the one in memory: each is exact at its version, and
+        # the newer may be of a log that is no longer there (a file put back from a copy).
+        stored = known.stored if known is not None and known.topic == topic else 0
+        self._keep(stream_id, _Snapshot(topic, version, state, stored))
+
+    def _keep(self, stream_id: UUID, snapshot: _Snapshot) -> None:
+        with self._snapshots_guard:
+            self._snapshots[stream_id] = snapshot
+            self._snapshots.move_to_end(stream_id)
+            while len(self._snapshots) > SNAPSHOTS_KEPT:
+                self._snapshots.popitem(last=False)
+
+    def _snapshot_due(self, stream_id: UUID) -> _Snapshot | None:
+        with self._snapshots_guard:
+            known = self._snapshots.get(stream_id)
+        if known is None or known.version - known.stored < SNAPSHOT_INTERVAL:
+            return None
+        return known
+
+    def _stored_snapshot(self, stream_id: UUID, stored: _Snapshot) -> None:
+        with self._snapshots_guard:
+            known = self._snapshots.get(stream_id)
+            if known is not None and known.topic == stored.topic:
+                self._snapshots[stream_id] = known._replace(
+                    stored=max(known.stored, stored.version)
+                )
 
     def stream_version(self, stream_id: UUID) -> int:
         """The version of the stream's newest event, 0 for a stream with none."""

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 
 from events.base import Event
 
 
-@dataclass
+class Writer(Protocol):
+    """What handlers write through: an apsw cursor, or one that writes a rebuild's tables."""
+
+    def execute(self, statement: str, bindings: Any = None, /) -> apsw.Cursor: ...
+
+    def executemany(self, statement: str, rows: Iterable[Any], /) -> apsw.Cursor: ...
+
+
+class Lazy(tuple[Callable[[Any, str], tuple[Any, ...]], Any]):
+    """``Lazy((make, arg))``: a row ``latest`` makes only if it is the one written, as
+    ``make(arg, key)``. A tuple, so that making one per event costs no Python call.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(slots=True)
 class Batch:
     """The catch-up transaction a batch of events is applied in.
 
@@ -22,38 +39,40 @@ class Batch:
     the batch ends, before the tracking positions, in the same transaction.
     """
 
-    cursor: apsw.Cursor
+    cursor: Writer
     position: int = 0
     at: str = ""
     stream: str = ""
     chain: bytes = b""
-    _deferred: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
-    _latest: dict[tuple[str, str], tuple[Any, ...] | Callable[[], tuple[Any, ...]]] = field(
-        default_factory=dict
+    #: What handlers learned in this batch and may reuse in it (keys are theirs to choose).
+    memo: dict[Any, Any] = field(default_factory=dict)
+    _deferred: defaultdict[str, list[tuple[Any, ...]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    _latest: defaultdict[str, dict[str, tuple[Any, ...] | Lazy]] = field(
+        default_factory=lambda: defaultdict(dict)
     )
 
     def defer(self, statement: str, row: tuple[Any, ...]) -> None:
         """Queue a row for ``statement``; every queued row is written."""
-        self._deferred.setdefault(statement, []).append(row)
+        self._deferred[statement].append(row)
 
-    def latest(
-        self, statement: str, key: str, row: tuple[Any, ...] | Callable[[], tuple[Any, ...]]
-    ) -> None:
+    def latest(self, statement: str, key: str, row: tuple[Any, ...] | Lazy) -> None:
         """Queue a row for ``statement`` keyed by ``key``; only the last row per key is written.
 
-        ``row`` may be a function that makes the row: it is called only for the row
-        that is written, so costly rows of superseded events are never built.
+        ``row`` may be ``Lazy``: it is made only if it is the row written, so costly
+        rows of superseded events are never built.
         """
-        self._latest[(statement, key)] = row
+        self._latest[statement][key] = row
 
     def flush(self) -> None:
         for statement, rows in self._deferred.items():
             self.cursor.executemany(statement, rows)
-        by_statement: dict[str, list[tuple[Any, ...]]] = {}
-        for (statement, _), row in self._latest.items():
-            by_statement.setdefault(statement, []).append(row() if callable(row) else row)
-        for statement, rows in by_statement.items():
-            self.cursor.executemany(statement, rows)
+        for statement, latest in self._latest.items():
+            self.cursor.executemany(
+                statement,
+                [row[0](row[1], key) if type(row) is Lazy else row for key, row in latest.items()],
+            )
         self._deferred.clear()
         self._latest.clear()
 
@@ -65,8 +84,11 @@ Handler = Callable[[Batch, Event], None]
 class Projection:
     """A read model: its name (the tracking key), DDL, tables and event handlers.
 
-    Handlers never write events. A handler that reads rows must not depend on
-    rows another handler deferred in the same batch.
+    Handlers never write events, and read and write only their own projection's
+    tables (``tables``), naming them plainly in their statements: so a projection
+    rebuilds alone (``projections.runner.rebuild`` writes new tables under other
+    names). A handler that reads rows must not depend on rows another handler
+    deferred in the same batch.
     """
 
     name: str

@@ -6,7 +6,8 @@ projections are current (the usual ``shep status``) imports nothing else.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
 
@@ -14,20 +15,45 @@ from events.schema import connect, store_error
 from projections.tables import (
     PROJECTION_INDEXES,
     PROJECTION_NAMES,
-    PROJECTION_SCHEMA,
     PROJECTION_TABLES,
-    SCHEMA_TABLE,
+    PROJECTION_VERSIONS,
+    VERSIONS_TABLE,
 )
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 # Tables and indexes share one namespace in SQLite: one IN list finds both.
-_REQUIRED = ("stored_events", "tracking", SCHEMA_TABLE, *PROJECTION_TABLES, *PROJECTION_INDEXES)
+_REQUIRED = ("stored_events", "tracking", VERSIONS_TABLE, *PROJECTION_TABLES, *PROJECTION_INDEXES)
 
 
-def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connection:
+class RebuildProgress(NamedTuple):
+    """How far a rebuild of ``projections`` is: ``done`` of ``total`` events of the log.
+
+    ``waiting``: another process is rebuilding them; this one waits for it.
+    ``finished``: the new tables are in place (the last report of a rebuild).
+    ``reason``: why they are rebuilt (``"changed"``: this shep changed them).
+    """
+
+    projections: tuple[str, ...]
+    done: int
+    total: int
+    waiting: bool = False
+    finished: bool = False
+    reason: str = ""
+
+
+#: Told how a rebuild goes, after each batch of events (see ``projections.runner.rebuild``).
+Progress = Callable[[RebuildProgress], None]
+
+
+def open_database(
+    path: str | Path, *, readonly: bool = False, progress: Progress | None = None
+) -> apsw.Connection:
     """Open shep.db for the read side; create missing tables and indexes unless read-only.
+
+    A projection built by another version of shep is rebuilt from the log first,
+    alone, telling ``progress`` how far it is (see ``ensure_schema``).
 
     Projections can always be rebuilt, so their transactions run with
     ``synchronous=NORMAL``: a power cut can only roll them back together
@@ -42,7 +68,7 @@ def open_database(path: str | Path, *, readonly: bool = False) -> apsw.Connectio
         # their indexes; a 64 MiB page cache (used only as needed) keeps them hot.
         conn.execute("PRAGMA cache_size=-65536")
         if not readonly:
-            ensure_schema(conn)
+            ensure_schema(conn, progress)
     except BaseException as e:
         conn.close()
         if isinstance(e, apsw.Error):
@@ -65,45 +91,50 @@ def has_schema(conn: apsw.Connection, *, indexes: bool = True) -> bool:
     return row is not None and row[0] == len(names)
 
 
-def ensure_schema(conn: apsw.Connection) -> None:
-    """Create whatever table or index is missing: one query of sqlite_master when none is.
+def ensure_schema(conn: apsw.Connection, progress: Progress | None = None) -> None:
+    """Create whatever table or index is missing, and rebuild each projection of another
+    version: one query of sqlite_master and one of the versions when nothing is to do.
 
-    Indexes are checked, not assumed: a rebuild creates them only after its
-    replay, so a rebuild killed meanwhile leaves the tables without them.
+    Indexes are checked, not assumed: a killed rebuild or a damaged file may lack them.
     """
-    if not has_schema(conn) or schema_version(conn) != PROJECTION_SCHEMA:
-        # Only now the projection modules are imported: a reader of a current
+    if (
+        not has_schema(conn) or stored_versions(conn) != PROJECTION_VERSIONS
+    ) and not conn.readonly("main"):
+        # A store the file system will not let this process write (an archived copy) is
+        # read as it is, projections included. Only now the projection modules are imported: a reader of a current
         # store (the usual `shep status`) never pays for them.
-        from projections.schema import create_tables
+        from projections.schema import migrate
 
-        create_tables(conn)
+        migrate(conn, progress)
 
 
-def schema_version(conn: apsw.Connection) -> int | None:
-    """The shape the projections' tables were made in (None before it was recorded)."""
+def stored_versions(conn: apsw.Connection) -> dict[str, int]:
+    """The version each projection's tables were built by (empty before any was recorded)."""
     try:
-        row = conn.execute(f"SELECT max(version) FROM {SCHEMA_TABLE}").fetchone()
+        return {
+            str(name): int(version)
+            for name, version in conn.execute(f"SELECT name, version FROM {VERSIONS_TABLE}")
+        }
     except apsw.SQLError:
-        return None
+        return {}
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
-    return int(row[0]) if row and row[0] is not None else None
 
 
-def positions(conn: apsw.Connection) -> dict[str, int]:
+def positions(conn: apsw.Connection, names: Sequence[str] = PROJECTION_NAMES) -> dict[str, int]:
     """Each projection's tracked position (0 when it has seen nothing)."""
     try:
         found = {
             str(name): int(position)
             for name, position in conn.execute(
                 f"SELECT application_name, notification_id FROM tracking "
-                f"WHERE application_name IN ({','.join('?' * len(PROJECTION_NAMES))})",
-                PROJECTION_NAMES,
+                f"WHERE application_name IN ({','.join('?' * len(names))})",
+                tuple(names),
             )
         }
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
-    return {name: found.get(name, 0) for name in PROJECTION_NAMES}
+    return {name: found.get(name, 0) for name in names}
 
 
 def head_position(conn: apsw.Connection) -> int:

@@ -15,8 +15,6 @@ recorded as the item's: ``decision`` is what it had decided).
 
 from __future__ import annotations
 
-import apsw
-
 from events.base import Event
 from events.inbox import (
     ApprovalGranted,
@@ -27,7 +25,7 @@ from events.inbox import (
     QuestionAsked,
 )
 from events.supervisor import SupervisorDecisionMade, SupervisorDecisionRefused
-from projections.base import Batch, Projection
+from projections.base import Batch, Projection, Writer
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS decision_subjects ("
@@ -54,7 +52,7 @@ def _subject(b: Batch, event: Event) -> None:
     )
 
 
-def _subject_of(c: apsw.Cursor, subject: str) -> tuple[str | None, str | None, str | None]:
+def _subject_of(c: Writer, subject: str) -> tuple[str | None, str | None, str | None]:
     row = c.execute(
         "SELECT run_id, node, prompt_version FROM decision_subjects WHERE subject_id=?", (subject,)
     ).fetchone()

@@ -61,14 +61,27 @@ TASK_DONE = "done"
 _TOUCH = "UPDATE features SET updated_at=? WHERE run_id=?"
 
 
+def _is_feature(b: Batch) -> bool:
+    """Whether the event's run is a feature: asked once per run and batch (most runs of a
+    batch are created in it, and told then).
+    """
+    key = ("feature", b.stream)
+    known: bool | None = b.memo.get(key)
+    if known is None:
+        row = b.cursor.execute("SELECT 1 FROM features WHERE run_id=?", (b.stream,)).fetchone()
+        known = b.memo[key] = row is not None
+    return known
+
+
 def _update(b: Batch, assignments: str, *params: object) -> None:
-    # Also run for runs of other workflows: the primary key finds no row, nothing changes.
-    b.cursor.execute(f"UPDATE features SET {assignments} WHERE run_id=?", (*params, b.stream))
-    b.latest(_TOUCH, b.stream, (b.at, b.stream))
+    if _is_feature(b):
+        b.cursor.execute(f"UPDATE features SET {assignments} WHERE run_id=?", (*params, b.stream))
+        b.latest(_TOUCH, b.stream, (b.at, b.stream))
 
 
 def _created(b: Batch, event: Event) -> None:
     assert isinstance(event, RunCreated)
+    b.memo[("feature", b.stream)] = event.workflow in FEATURE_WORKFLOWS
     if event.workflow not in FEATURE_WORKFLOWS:
         return
     inputs = event.inputs

@@ -206,16 +206,34 @@ _FEATURE_LINES: dict[type[Event], Callable[[Any], tuple[str, str | None, str]]] 
 }
 
 
+_INSERT = "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)"
+
+
+def _log_output(b: Batch, event: Event) -> None:
+    # Most events of a run: its line without describe()'s ladder.
+    assert type(event) is AgentOutputRecorded
+    b.defer(
+        _INSERT,
+        (
+            b.position,
+            b.stream,
+            b.at,
+            event.node,
+            event.kind,
+            event.text,
+            event.tool_name,
+            int(event.is_error),
+        ),
+    )
+
+
 def _log(b: Batch, event: Event) -> None:
     kind, node, message = describe(event)
     is_error = isinstance(event, NodeFailed | RunFailed) or (
         isinstance(event, AgentOutputRecorded) and event.is_error
     )
     tool = event.tool_name if isinstance(event, AgentOutputRecorded) else None
-    b.defer(
-        "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)",
-        (b.position, b.stream, b.at, node, kind, message, tool, int(is_error)),
-    )
+    b.defer(_INSERT, (b.position, b.stream, b.at, node, kind, message, tool, int(is_error)))
 
 
 _LOGGED: tuple[type[Event], ...] = (
@@ -258,7 +276,7 @@ def _log_item(b: Batch, event: Event) -> None:
         return
     kind, node, message = describe(event)
     b.defer(
-        "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)",
+        _INSERT,
         (
             b.position,
             event.run_id.hex,
@@ -275,6 +293,7 @@ def _log_item(b: Batch, event: Event) -> None:
 _HANDLERS: dict[type[Event], Handler] = {
     **dict.fromkeys(_LOGGED, _log),
     **dict.fromkeys(_ITEM_EVENTS, _log_item),
+    AgentOutputRecorded: _log_output,
 }
 
 LOGS = Projection(name="logs", ddl=DDL, tables=("logs",), handlers=_HANDLERS)

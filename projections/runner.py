@@ -2,46 +2,64 @@
 
 Each batch of events updates every projection's tables and its tracking row
 in one transaction, so an event is applied exactly once even when several
-processes catch up at the same time or one is killed mid-batch.
+processes catch up at the same time or one is killed mid-batch. Each event is
+decoded once and handed to every projection that reads its type.
+
+A rebuild replays the log into new tables beside the current ones, in batches
+that each commit (writers are not held up meanwhile, and readers go on reading
+the current tables), then swaps them in within one transaction: a rebuild
+killed at any point leaves a projection as it was or rebuilt, never half.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import suppress
+import fcntl
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import apsw
 
-from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
-from events.schema import (
-    immediate_transaction,
-    store_error,
-)
-from projections.base import Batch, Handler
+from events.schema import immediate_transaction, store_error
+from projections.base import Batch, Handler, Projection, Writer
 from projections.database import (
+    Progress,
+    RebuildProgress,
     ensure_schema,
+    head_position,
     lag,
     positions,
+    stored_versions,
 )
 from projections.mirror import pull_registered
-from projections.schema import INDEX_DDL, PROJECTIONS
+from projections.schema import PROJECTIONS, record_version
+from projections.tables import PROJECTION_VERSIONS
 
 _TRACK = (
     "INSERT INTO tracking VALUES (?, ?) ON CONFLICT (application_name) DO UPDATE "
     "SET notification_id = excluded.notification_id "
     "WHERE tracking.notification_id < excluded.notification_id RETURNING notification_id"
 )
+_SELECT = (
+    "SELECT notification_id, originator_id, topic, state, chain_hash FROM stored_events "
+    "WHERE notification_id > ? ORDER BY notification_id LIMIT ?"
+)
+#: A rebuild writes its new tables under this prefix until they are swapped in.
+SHADOW_PREFIX = "rebuilding_"
+
+Row = tuple[int, str, str, bytes, bytes]
 
 
 def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True) -> int:
     """Apply every event past the tracked positions; return how many events were read.
 
-    Missing tables or indexes are created first (a killed rebuild leaves its
-    tables without indexes). A read-only store is left as it is: its
+    Missing tables or indexes are created first, and a projection of another
+    version rebuilt (``ensure_schema``). A read-only store is left as it is: its
     projections are read as they are, and this returns 0. A home's copy of a
     shared log (``projections.mirror``) is brought up to date from the server first,
     unless the caller has just done so (``pull=False``).
@@ -54,14 +72,11 @@ def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True
         ensure_schema(conn)
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
-    return _catch_up(conn, batch_size)
-
-
-def _catch_up(conn: apsw.Connection, batch_size: int) -> int:
     total = 0
     try:
         while True:
-            read = _catch_up_batch(conn, batch_size)
+            with immediate_transaction(conn):
+                read = _catch_up_batch(conn, PROJECTIONS, batch_size)
             total += read
             if read < batch_size:
                 return total
@@ -72,50 +87,55 @@ def _catch_up(conn: apsw.Connection, batch_size: int) -> int:
         raise _naming_writer(conn, e) from None
 
 
-def _catch_up_batch(conn: apsw.Connection, batch_size: int) -> int:
-    with immediate_transaction(conn):
-        tracked = positions(conn)
-        start = min(tracked.values())
-        rows = cast(
-            list[tuple[int, str, bytes, bytes]],
-            conn.execute(
-                "SELECT notification_id, topic, state, chain_hash FROM stored_events "
-                "WHERE notification_id > ? ORDER BY notification_id LIMIT ?",
-                (start, batch_size),
-            ).fetchall(),
-        )
-        if not rows:
-            return 0
-        batch = Batch(conn.cursor())
-        _apply(batch, rows, tracked)
-        batch.flush()
-        cursor = batch.cursor
-        last = rows[-1][0]
-        for projection in PROJECTIONS:
-            if (
-                last > tracked[projection.name]
-                and not cursor.execute(_TRACK, (projection.name, last)).fetchall()
-            ):
-                raise StoreError(f"projection {projection.name} was updated concurrently")
-        return len(rows)
+def _catch_up_batch(
+    conn: apsw.Connection, projections: Sequence[Projection], batch_size: int
+) -> int:
+    """In the caller's transaction: apply the next batch past the tracked positions."""
+    names = [p.name for p in projections]
+    tracked = positions(conn, names)
+    cursor = conn.cursor()
+    read, last = _apply_next(conn, cursor, projections, tracked, batch_size)
+    for name in names:
+        if last > tracked[name] and not cursor.execute(_TRACK, (name, last)).fetchall():
+            raise StoreError(f"projection {name} was updated concurrently")
+    return read
+
+
+def _apply_next(
+    conn: apsw.Connection,
+    cursor: Writer,
+    projections: Sequence[Projection],
+    tracked: dict[str, int],
+    batch_size: int,
+) -> tuple[int, int]:
+    """Apply the events past the slowest of ``tracked`` to the projections behind each;
+    return how many were read and the last one's position (0: none).
+    """
+    rows = cast(list[Row], conn.execute(_SELECT, (min(tracked.values()), batch_size)).fetchall())
+    if not rows:
+        return 0, 0
+    batch = Batch(cursor)
+    _apply(batch, rows, projections, tracked)
+    batch.flush()
+    return len(rows), rows[-1][0]
 
 
 def _apply(
-    batch: Batch, rows: Sequence[tuple[int, str, bytes, bytes]], tracked: dict[str, int]
+    batch: Batch, rows: Sequence[Row], projections: Sequence[Projection], tracked: dict[str, int]
 ) -> None:
-    lagging = [p for p in PROJECTIONS if tracked[p.name] < rows[-1][0]]
+    lagging = [p for p in projections if tracked[p.name] < rows[-1][0]]
     # Usually every projection is at the same position: then the handlers for an
     # event type are the same for the whole batch.
     uniform = len(set(tracked.values())) == 1
-    by_kind: dict[type[Event], list[Handler]] = {}
+    by_topic: dict[str, list[Handler]] = {}
     last_time: datetime | None = None
     last_at = ""
-    for position, topic, state, chain in rows:
-        kind = EVENT_CLASSES.get(topic)
-        if kind is None:
-            raise UnknownEventError(topic)
-        handlers = by_kind.get(kind) if uniform else None
+    for position, stream, topic, state, chain in rows:
+        handlers = by_topic.get(topic) if uniform else None
         if handlers is None:
+            kind = EVENT_CLASSES.get(topic)
+            if kind is None:
+                raise UnknownEventError(topic)
             handlers = [
                 handler
                 for projection in lagging
@@ -123,7 +143,7 @@ def _apply(
                 and (handler := projection.handlers.get(kind)) is not None
             ]
             if uniform:
-                by_kind[kind] = handlers
+                by_topic[topic] = handlers
         if not handlers:
             # Most events of a run (checkpoints, heartbeats) concern few projections:
             # decode only what some handler reads.
@@ -135,7 +155,7 @@ def _apply(
             last_time = event.timestamp
             last_at = last_time.isoformat()
         batch.at = last_at
-        batch.stream = event.originator_id.hex
+        batch.stream = stream
         batch.chain = chain
         for handler in handlers:
             handler(batch, event)
@@ -154,35 +174,174 @@ def _naming_writer(conn: apsw.Connection, error: UnknownEventError) -> UnknownEv
     return error.naming(newest_writer(url), where=f"The shared store at {where(url)}")
 
 
-def rebuild(conn: apsw.Connection, *, batch_size: int = 20_000) -> int:
-    """Drop every projection table, recreate it, and replay the whole log into it.
+def rebuild(
+    conn: apsw.Connection,
+    names: Iterable[str] | None = None,
+    *,
+    batch_size: int = 20_000,
+    progress: Progress | None = None,
+    reason: str = "",
+    only_changed: bool = False,
+) -> int:
+    """Replay the whole log into new tables of the named projections (all by default) and
+    swap them in; return how many events were replayed.
 
-    Secondary indexes are created after the replay: building an index once over
-    a full table is cheaper than keeping it sorted through a million inserts.
-    Killed before that, it leaves tables without indexes, which the next
-    ``open_database`` or ``catch_up`` creates (``ensure_schema``).
+    The new tables are filled beside the current ones, in transactions of
+    ``batch_size`` events (``progress`` is told after each); one last transaction
+    applies what was appended meanwhile, replaces the tables, builds their
+    indexes (cheaper once over a full table than kept through every insert) and
+    records the projections' versions. Killed before that commits, the
+    projections are as they were; the next rebuild drops what the killed one
+    left. One process rebuilds at a time: another waits for it, and with
+    ``only_changed`` then rebuilds only what is still of another version.
     """
-    indexes = INDEX_DDL
-    # A rebuild writes the projections anew: checkpointing the WAL every 80 MiB
-    # instead of every 4 MiB saves most of the checkpoints' syncs meanwhile.
-    (previous_autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
-    conn.execute("PRAGMA wal_autocheckpoint=20000")
+    wanted = tuple(names) if names is not None else tuple(p.name for p in PROJECTIONS)
+    unknown = sorted(set(wanted) - set(PROJECTION_VERSIONS))
+    if unknown:
+        raise StoreError(
+            f"No projection named {', '.join(unknown)}. "
+            f"Projections: {', '.join(PROJECTION_VERSIONS)}."
+        )
     try:
-        with immediate_transaction(conn):
-            for projection in PROJECTIONS:
-                for table in projection.tables:
-                    conn.execute(f"DROP TABLE IF EXISTS {table}")
-                for statement in projection.ddl:
-                    if statement not in indexes:
-                        conn.execute(statement)
-                conn.execute("DELETE FROM tracking WHERE application_name=?", (projection.name,))
-        count = _catch_up(conn, batch_size)
-        with immediate_transaction(conn):
-            for statement in indexes:
-                conn.execute(statement)
+        with _rebuild_lock(conn, wanted, progress, reason):
+            if only_changed:
+                stored = stored_versions(conn)
+                wanted = tuple(n for n in wanted if stored.get(n) != PROJECTION_VERSIONS[n])
+            projections = tuple(p for p in PROJECTIONS if p.name in wanted)
+            if not projections:
+                return 0
+            return _rebuild(conn, projections, batch_size, progress, reason)
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
+    except UnknownEventError as e:
+        raise _naming_writer(conn, e) from None
+
+
+def _rebuild(
+    conn: apsw.Connection,
+    projections: tuple[Projection, ...],
+    batch_size: int,
+    progress: Progress | None,
+    reason: str,
+) -> int:
+    names = tuple(p.name for p in projections)
+    shadow = ShadowWriter(conn.cursor(), [t for p in projections for t in p.tables])
+    with immediate_transaction(conn):
+        _drop_shadows(conn)
+        for projection in projections:
+            for statement in projection.ddl:
+                if not statement.startswith("CREATE INDEX"):
+                    shadow.execute(statement)
+    # The new tables take a WAL's worth of pages: checkpointing every 80 MiB instead of
+    # every 4 MiB saves most of the checkpoints' syncs meanwhile.
+    (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
+    conn.execute("PRAGMA wal_autocheckpoint=20000")
+    try:
+        position = replayed = 0
+        total = head_position(conn)
+        while True:
+            with immediate_transaction(conn):
+                read, last = _apply_next(
+                    conn, shadow, projections, dict.fromkeys(names, position), batch_size
+                )
+            replayed += read
+            position = last or position
+            total = max(total, position)
+            if progress is not None:
+                progress(RebuildProgress(names, position, total, reason=reason))
+            if read < batch_size:
+                break
+        with immediate_transaction(conn):
+            while True:  # what was appended since the last batch, under the write lock
+                read, last = _apply_next(
+                    conn, shadow, projections, dict.fromkeys(names, position), batch_size
+                )
+                replayed += read
+                position = last or position
+                if read < batch_size:
+                    break
+            _swap(conn, projections, position)
+        if progress is not None:
+            progress(RebuildProgress(names, position, position, finished=True, reason=reason))
     finally:
         with suppress(apsw.Error):
-            conn.execute(f"PRAGMA wal_autocheckpoint={int(previous_autocheckpoint)}")
-    return count
+            conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
+    return replayed
+
+
+def _swap(conn: apsw.Connection, projections: Sequence[Projection], position: int) -> None:
+    """In the caller's transaction: put the new tables in place of the current ones."""
+    for projection in projections:
+        for table in projection.tables:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"ALTER TABLE {SHADOW_PREFIX}{table} RENAME TO {table}")
+        for statement in projection.ddl:
+            if statement.startswith("CREATE INDEX"):
+                conn.execute(statement)
+        conn.execute("INSERT OR REPLACE INTO tracking VALUES (?, ?)", (projection.name, position))
+        record_version(conn, projection)
+
+
+def _drop_shadows(conn: apsw.Connection) -> None:
+    """Drop the new tables a killed rebuild left (in the caller's transaction)."""
+    left = [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE ? ESCAPE '!'",
+            (SHADOW_PREFIX.replace("_", "!_") + "%",),
+        )
+    ]
+    for table in left:
+        conn.execute(f"DROP TABLE {table}")
+
+
+@contextmanager
+def _rebuild_lock(
+    conn: apsw.Connection, names: tuple[str, ...], progress: Progress | None, reason: str
+) -> Iterator[None]:
+    """Hold the store's rebuild lock (a file beside it) for the block; wait for another
+    process's rebuild to end first, telling ``progress``.
+    """
+    path = f"{conn.filename}-rebuild.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress(RebuildProgress(names, 0, 0, waiting=True, reason=reason))
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+class ShadowWriter:
+    """Writes what handlers write to a rebuild's new tables instead of the current ones.
+
+    Each statement's table names are replaced, as whole words, by the new tables'
+    (``SHADOW_PREFIX`` + name); the rewritten statement is kept, so each is
+    rewritten once per rebuild. Statements name their tables plainly (no table
+    name is a word of any string literal in them): the rebuilt-equals-caught-up
+    test holds this.
+    """
+
+    __slots__ = ("_cursor", "_pattern", "_rewritten")
+
+    def __init__(self, cursor: apsw.Cursor, tables: Sequence[str]) -> None:
+        self._cursor = cursor
+        self._pattern = re.compile(r"\b(" + "|".join(map(re.escape, tables)) + r")\b")
+        self._rewritten: dict[str, str] = {}
+
+    def _shadowed(self, statement: str) -> str:
+        rewritten = self._rewritten.get(statement)
+        if rewritten is None:
+            rewritten = self._pattern.sub(SHADOW_PREFIX + r"\1", statement)
+            self._rewritten[statement] = rewritten
+        return rewritten
+
+    def execute(self, statement: str, bindings: Any = None, /) -> apsw.Cursor:
+        return self._cursor.execute(self._shadowed(statement), bindings)
+
+    def executemany(self, statement: str, rows: Iterable[Any], /) -> apsw.Cursor:
+        return self._cursor.executemany(self._shadowed(statement), rows)

@@ -20,7 +20,7 @@ from events.runs import (
     RunStatus,
     RunSuspended,
 )
-from projections.base import Batch, Handler, Projection
+from projections.base import Batch, Handler, Lazy, Projection
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS runs ("
@@ -131,24 +131,24 @@ def _node_completed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeCompleted)
     u = event.usage
     b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status, completions) VALUES (?,?,'completed',1) "
+        "INSERT INTO nodes (run_id, node, status, completions, finished_at, duration_ms, "
+        "agent_session_id, input_tokens, output_tokens, cost_usd) "
+        "VALUES (?,?,'completed',1,?,?,?,?,?,?) "
         "ON CONFLICT (run_id, node) DO UPDATE SET status='completed', "
-        "completions=completions+1",
-        (b.stream, event.node),
-    )
-    b.cursor.execute(
-        "UPDATE nodes SET finished_at=?, duration_ms=?, agent_session_id=coalesce(?, "
-        "agent_session_id), input_tokens=?, output_tokens=?, cost_usd=?, error=NULL "
-        "WHERE run_id=? AND node=?",
+        "completions=completions+1, finished_at=excluded.finished_at, "
+        "duration_ms=excluded.duration_ms, "
+        "agent_session_id=coalesce(excluded.agent_session_id, agent_session_id), "
+        "input_tokens=excluded.input_tokens, output_tokens=excluded.output_tokens, "
+        "cost_usd=excluded.cost_usd, error=NULL",
         (
+            b.stream,
+            event.node,
             b.at,
             event.duration_ms,
             event.agent_session_id,
             u.input_tokens,
             u.output_tokens,
             u.cost_usd,
-            b.stream,
-            event.node,
         ),
     )
     _update(
@@ -169,13 +169,10 @@ def _node_completed(b: Batch, event: Event) -> None:
 def _node_failed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeFailed)
     b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status) VALUES (?,?,'failed') "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status='failed'",
-        (b.stream, event.node),
-    )
-    b.cursor.execute(
-        "UPDATE nodes SET finished_at=?, duration_ms=?, error=? WHERE run_id=? AND node=?",
-        (b.at, event.duration_ms, f"{event.error_type}: {event.message}", b.stream, event.node),
+        "INSERT INTO nodes (run_id, node, status, finished_at, duration_ms, error) "
+        "VALUES (?,?,'failed',?,?,?) ON CONFLICT (run_id, node) DO UPDATE SET status='failed', "
+        "finished_at=excluded.finished_at, duration_ms=excluded.duration_ms, error=excluded.error",
+        (b.stream, event.node, b.at, event.duration_ms, f"{event.error_type}: {event.message}"),
     )
     _update(b, "current_node=NULL")
     _touch(b, event)
@@ -189,20 +186,21 @@ def _heartbeat(b: Batch, event: Event) -> None:
     _touch(b, event)
 
 
+def _activity(event: AgentOutputRecorded, stream: str) -> tuple[str, str]:
+    if event.tool_name:
+        activity = f"{event.kind} {event.tool_name}"
+    else:
+        activity = event.text.strip().rsplit("\n", 1)[-1]
+    return (activity[:_ACTIVITY_CHARS], stream)
+
+
 def _output(b: Batch, event: Event) -> None:
-    assert isinstance(event, AgentOutputRecorded)
+    # Most events of a run: kept to the least work, the activity made only for the last.
+    assert type(event) is AgentOutputRecorded
     stream = b.stream
-
-    def row() -> tuple[str, str]:
-        if event.tool_name:
-            activity = f"{event.kind} {event.tool_name}"
-        else:
-            activity = event.text.strip().rsplit("\n", 1)[-1]
-        return (activity[:_ACTIVITY_CHARS], stream)
-
-    if event.tool_name or event.text.strip():
-        b.latest(_ACTIVITY, stream, row)
-    _touch(b, event)
+    if event.tool_name or (not event.text.isspace() and event.text):
+        b.latest(_ACTIVITY, stream, Lazy((_activity, event)))
+    b.latest(_TOUCH, stream, (b.at, event.originator_version, b.position, stream))
 
 
 def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> Handler:

@@ -7,6 +7,8 @@ projection module.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import apsw
 
 from events.schema import TRACKING_DDL, events_table_ddl, immediate_transaction
@@ -18,39 +20,90 @@ from projections.inbox import INBOX
 from projections.logs import LOGS
 from projections.runs import RUNS
 from projections.tables import (
+    LEGACY_SCHEMA,
+    LEGACY_SCHEMA_TABLE,
     PROJECTION_INDEXES,
     PROJECTION_NAMES,
-    PROJECTION_SCHEMA,
     PROJECTION_TABLES,
-    SCHEMA_TABLE,
+    PROJECTION_VERSIONS,
+    VERSIONS_TABLE,
 )
 
+if TYPE_CHECKING:
+    from projections.database import Progress
+
 PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS, FEATURES)
-assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES
+assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES == tuple(PROJECTION_VERSIONS)
 assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
 INDEX_DDL = tuple(s for p in PROJECTIONS for s in p.ddl if s.startswith("CREATE INDEX"))
 assert tuple(s.split()[5] for s in INDEX_DDL) == PROJECTION_INDEXES
 assert all(s.startswith("CREATE INDEX IF NOT EXISTS ") for s in INDEX_DDL)
 
+_VERSIONS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} ("
+    "name TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID"
+)
+_SET_VERSION = f"INSERT OR REPLACE INTO {VERSIONS_TABLE} VALUES (?, ?)"
 
-def create_tables(conn: apsw.Connection) -> None:
-    """Create the event tables and every projection's tables and indexes (idempotent).
 
-    Projections made in another shape (``PROJECTION_SCHEMA``) are dropped with
-    their tracking positions: the next catch-up rebuilds them from the log.
+def migrate(conn: apsw.Connection, progress: Progress | None = None) -> None:
+    """Bring the store's projections to this shep: create what is missing, then rebuild
+    each projection built by another version, alone (``projections.runner.rebuild``:
+    a kill leaves it as it was or rebuilt, never half).
+    """
+    if changed := create_tables(conn):
+        from projections.runner import rebuild
+
+        rebuild(conn, changed, progress=progress, reason="changed", only_changed=True)
+
+
+def create_tables(conn: apsw.Connection) -> tuple[str, ...]:
+    """Create the event tables and every current projection's missing tables and indexes;
+    return the names of the projections built by another version (left as they are).
+
+    A store whose projections have no versions yet records them: those of the single
+    schema number before them (``LEGACY_SCHEMA``) are version 1; a store with no
+    projection tables at all gets the current versions (catch-up fills the new tables).
     """
     with immediate_transaction(conn):
-        for statement in (*events_table_ddl("stored_events"), TRACKING_DDL):
+        for statement in (*events_table_ddl("stored_events"), TRACKING_DDL, _VERSIONS_DDL):
             conn.execute(statement)
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version INTEGER NOT NULL)")
-        (found,) = conn.execute(f"SELECT max(version) FROM {SCHEMA_TABLE}").fetchone() or (None,)
-        if found != PROJECTION_SCHEMA:
-            for projection in PROJECTIONS:
-                for table in projection.tables:
-                    conn.execute(f"DROP TABLE IF EXISTS {table}")
-                conn.execute("DELETE FROM tracking WHERE application_name=?", (projection.name,))
-            conn.execute(f"DELETE FROM {SCHEMA_TABLE}")
-            conn.execute(f"INSERT INTO {SCHEMA_TABLE} VALUES (?)", (PROJECTION_SCHEMA,))
+        stored = {
+            str(name): int(version)
+            for name, version in conn.execute(f"SELECT name, version FROM {VERSIONS_TABLE}")
+        }
+        if not stored:
+            stored = _first_versions(conn)
+            conn.executemany(_SET_VERSION, stored.items())
+        changed = tuple(n for n in PROJECTION_NAMES if stored.get(n) != PROJECTION_VERSIONS[n])
         for projection in PROJECTIONS:
-            for statement in projection.ddl:
-                conn.execute(statement)
+            if projection.name not in changed:
+                for statement in projection.ddl:
+                    conn.execute(statement)
+    return changed
+
+
+def _first_versions(conn: apsw.Connection) -> dict[str, int]:
+    legacy: int | None = None
+    if _exists(conn, LEGACY_SCHEMA_TABLE):
+        row = conn.execute(f"SELECT max(version) FROM {LEGACY_SCHEMA_TABLE}").fetchone()
+        legacy = row[0] if row else None
+    if legacy == LEGACY_SCHEMA:
+        return dict.fromkeys(PROJECTION_NAMES, 1)
+    if legacy is None and not any(_exists(conn, t) for t in PROJECTION_TABLES):
+        return dict(PROJECTION_VERSIONS)
+    return dict.fromkeys(PROJECTION_NAMES, 0)  # made by another shep: rebuild them all
+
+
+def _exists(conn: apsw.Connection, table: str) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)
+        ).fetchone()
+        is not None
+    )
+
+
+def record_version(conn: apsw.Connection, projection: Projection) -> None:
+    """Record that ``projection``'s tables are now built by this shep (inside a transaction)."""
+    conn.execute(_SET_VERSION, (projection.name, PROJECTION_VERSIONS[projection.name]))

@@ -30,7 +30,25 @@ PROJECTION_INDEXES = (
     "checkpoints_run",
     "features_branch",
 )
-#: Bumped whenever a projection's tables change shape: a store whose projections are of
-#: another version has them dropped and rebuilt from the log on its next open.
-PROJECTION_SCHEMA = 7
-SCHEMA_TABLE = "projection_schema"
+#: Each projection's version: bump it whenever the projection's tables change shape or its
+#: handlers change what they write. A store whose projection was built by another version
+#: has that projection, and only it, rebuilt from the log on its next open (see
+#: ``projections.schema.migrate``); the others are left as they are.
+PROJECTION_VERSIONS = {
+    # 2: nodes left running or waiting when a run ends show as stopped.
+    "runs": 2,
+    # 2: counts in the singular ("1 node", "1 file"); the merge's prepared commit.
+    "logs": 2,
+    # 2: each artifact says its kind (file, diff, tests).
+    "inbox": 2,
+    "decisions": 1,
+    "checkpoints": 1,
+    "features": 1,
+}
+#: Which version of each projection the store's tables were built by.
+VERSIONS_TABLE = "projection_versions"
+#: Before projections had versions of their own, one number covered them all; the
+#: projections of its last value are those of version 1 above. Its table is left in place
+#: for a shep of that time still running during an upgrade.
+LEGACY_SCHEMA_TABLE = "projection_schema"
+LEGACY_SCHEMA = 7

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from events.store import EventStore
+    from projections.database import Progress
 
 
 def _notice(line: str) -> None:
@@ -63,6 +64,8 @@ class Runtime:
         self.store_file_error: ShepError | None = None
         #: Runs (hex ids) this invocation started a worker for before its own work.
         self.resumed: dict[str, int] = {}
+        #: Told how a rebuild of projections this shep changed goes (the CLI draws a line).
+        self.on_progress: Progress | None = None
 
     @classmethod
     def from_environment(cls, *, debug: bool = False, repairing: bool = False) -> Runtime:
@@ -114,7 +117,7 @@ class Runtime:
         if self._read is None:
             ensure_home(self.home_dir)
             try:
-                conn = open_database(self.db_file)
+                conn = open_database(self.db_file, progress=self.on_progress)
             except StoreUnavailableError as e:
                 if not isinstance(
                     e.__cause__, apsw.CantOpenError | apsw.ReadOnlyError | apsw.PermissionsError

@@ -19,6 +19,7 @@ from events.errors import ShepError
 from events.schema import home_from_env, store_error
 from events.words import counted
 from shep import __version__
+from shep.cli.render import ProgressLine
 from shep.runtime import Runtime
 
 #: command name -> "module:attribute"; modules are imported only when their command runs.
@@ -146,6 +147,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
         return  # a command's help: no store is opened, no run marked, no deadline applied
     # `shep settings store` must still work when the file it rewrites is damaged.
     ctx.obj = Runtime.from_environment(debug=debug, repairing=ctx.invoked_subcommand == "settings")
+    ctx.obj.on_progress = ProgressLine()  # a projection this shep changed is rebuilt first
     ctx.call_on_close(ctx.obj.close)
     if ctx.obj.store_file_error is not None:
         return  # the settings group refuses every command but the repair

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, cast
+from typing import Any
 
 import apsw
 import click
@@ -12,6 +12,8 @@ import msgspec
 
 from events.display import printable
 from events.runs import FINAL_STATUSES, RunStatus
+from projections.database import head_position
+from projections.follow import LogFollower
 from projections.queries import get_run, list_logs, resolve_run_id
 from projections.runner import catch_up
 from shep.cli.render import short_id
@@ -21,7 +23,6 @@ FINAL = frozenset(s.value for s in FINAL_STATUSES)
 INTERRUPTED = RunStatus.INTERRUPTED.value
 #: --follow stops at a final status, and at interrupted: no worker is left to write more.
 FOLLOW_ENDS_AT = FINAL | {INTERRUPTED}
-POLL_SECONDS = 0.01
 #: How often --follow applies the orphan rule: a worker that dies writes no final status.
 ORPHAN_CHECK_SECONDS = 1.0
 #: The exit code after Ctrl-C, as for any command a person interrupts.
@@ -41,7 +42,7 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
         _print(conn, run_id, 0, as_json)
         return
     try:
-        _follow(runtime, conn, run_id, _print(conn, run_id, 0, as_json), as_json)
+        _follow(runtime, conn, run_id, as_json)
     except KeyboardInterrupt:
         # Ctrl-C stops this reader only: the run's worker is another process.
         short = short_id(run_id)
@@ -53,77 +54,40 @@ def logs(runtime: Runtime, run: str, follow: bool, as_json: bool) -> None:
         sys.exit(EXIT_STOPPED)
 
 
-def _follow(runtime: Runtime, conn: apsw.Connection, run_id: str, last: int, as_json: bool) -> None:
-    """Print the run's new lines as they come, until it ends or is interrupted."""
-    data_version = _data_version(conn)
+def _follow(runtime: Runtime, conn: apsw.Connection, run_id: str, as_json: bool) -> None:
+    """Print the run's lines, then the new ones as they come, until it ends or is
+    interrupted."""
+    # From the log's head as these lines are printed: each later append wakes the follower.
+    follower = LogFollower(
+        conn,
+        after=head_position(conn),
+        url=runtime.store_url,
+        on_notice=lambda notice: click.echo(f"shep: {notice}", err=True),
+    )
+    last = _print(conn, run_id, 0, as_json)
     next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
-    shared = _SharedLog(runtime.store_url) if runtime.store_url is not None else None
-    while (status := get_run(conn, run_id)["status"]) not in FOLLOW_ENDS_AT:
-        time.sleep(POLL_SECONDS)
-        # Copied by this connection: data_version below counts only other connections.
-        copied = shared.pull(conn) if shared is not None else 0
-        if time.monotonic() >= next_orphan_check:
-            # A killed worker never writes its final status: apply the orphan rule, as
-            # every command does at start, so a dead worker's run turns interrupted.
-            runtime.check_orphans()
-            next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
-        current = _data_version(conn)
-        if current == data_version and not copied:
-            continue
-        data_version = current
-        catch_up(conn, pull=shared is None)  # a shared log was pulled just above
-        last = _print(conn, run_id, last, as_json)
-    catch_up(conn)
+    try:
+        changes = follower.follow(idle=ORPHAN_CHECK_SECONDS)
+        while get_run(conn, run_id)["status"] not in FOLLOW_ENDS_AT:
+            next(changes)  # new events, or a second without any
+            if time.monotonic() >= next_orphan_check:
+                # A killed worker never writes its final status: apply the orphan rule, as
+                # every command does at start, so a dead worker's run turns interrupted.
+                runtime.check_orphans()
+                next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
+            catch_up(conn, pull=False)  # the follower brought a shared log's copy up to date
+            last = _print(conn, run_id, last, as_json)
+    finally:
+        follower.close()
+    catch_up(conn, pull=False)
     _print(conn, run_id, last, as_json)
+    status = get_run(conn, run_id)["status"]
     if status == INTERRUPTED:
         from shep.cli.run import EXIT_INTERRUPTED
 
         short = short_id(run_id)
         click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
         sys.exit(EXIT_INTERRUPTED)
-
-
-class _SharedLog:
-    """Brings the home's copy of a shared log up to the server every few tenths of a second.
-
-    Says once when the server goes away (the copy is followed meanwhile) and once
-    when it is back.
-    """
-
-    every = 0.2
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.away = False
-        self.next = time.monotonic() + self.every
-
-    def pull(self, conn: apsw.Connection) -> int:
-        """How many events were copied (0 when not due, or the server is away)."""
-        if time.monotonic() < self.next:
-            return 0
-        from events.errors import StoreUnavailableError
-        from projections.mirror import forget_offline, pull
-
-        forget_offline()
-        try:
-            copied = pull(conn, self.url)
-        except StoreUnavailableError as e:
-            if not self.away:
-                click.echo(f"shep: {e} Following this machine's copy until it is back.", err=True)
-            self.away = True
-            # An unreachable server costs its connect timeout: try again less often.
-            self.next = time.monotonic() + 2.0
-            return 0
-        if self.away:
-            click.echo("shep: the shared store is back.", err=True)
-        self.away = False
-        self.next = time.monotonic() + self.every
-        return copied
-
-
-def _data_version(conn: apsw.Connection) -> int:
-    # Changes whenever another connection commits: a few microseconds to ask.
-    return cast(int, conn.execute("PRAGMA data_version").fetchall()[0][0])
 
 
 def _print(conn: apsw.Connection, run_id: str, after: int, as_json: bool) -> int:

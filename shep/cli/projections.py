@@ -9,7 +9,8 @@ import click
 from events.words import counted
 from projections.database import open_database
 from projections.runner import rebuild
-from projections.schema import PROJECTIONS
+from projections.tables import PROJECTION_NAMES
+from shep.cli.render import ProgressLine
 from shep.runtime import Runtime
 
 
@@ -18,17 +19,28 @@ def projections() -> None:
     """Maintain the read models (tables rebuilt from the event log)."""
 
 
-@projections.command("rebuild")
+_REBUILD_HELP = f"""Rebuild the projections NAME... (all by default) from the event log.
+
+NAME is one of: {", ".join(PROJECTION_NAMES)}.
+
+The new tables are filled beside the current ones, which every command goes on
+reading, and swapped in at the end: stopped before that, the projections are as
+they were.
+"""
+
+
+@projections.command("rebuild", help=_REBUILD_HELP)
+@click.argument("names", nargs=-1, type=click.Choice(PROJECTION_NAMES), metavar="[NAME]...")
 @click.pass_obj
-def rebuild_command(runtime: Runtime) -> None:
-    """Drop every projection table and rebuild it from the event log."""
+def rebuild_command(runtime: Runtime, names: tuple[str, ...]) -> None:
     runtime.require_home()
-    conn = open_database(runtime.db_path)
+    progress = ProgressLine(finished=False)  # the command says it below
+    conn = open_database(runtime.db_path, progress=progress)
     try:
         started = time.perf_counter()
-        count = rebuild(conn)
+        count = rebuild(conn, names or None, progress=progress)
         seconds = time.perf_counter() - started
     finally:
         conn.close()
-    names = ", ".join(p.name for p in PROJECTIONS)
-    click.echo(f"Rebuilt {names} from {counted(count, 'event')} in {seconds:.2f}s.")
+    rebuilt = ", ".join(names or PROJECTION_NAMES)
+    click.echo(f"Rebuilt {rebuilt} from {counted(count, 'event')} in {seconds:.2f}s.")

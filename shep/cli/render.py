@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from events.words import counted
+
+if TYPE_CHECKING:
+    from projections.database import RebuildProgress
 
 SHORT_ID = 8
 
@@ -140,3 +145,44 @@ def command_lines(command: str, width: int, *, indent: str = "") -> list[str]:
             lines[-1] += " \\"
             lines.append(f"{indent}  {part}")
     return lines
+
+
+def rebuild_line(progress: RebuildProgress) -> str:
+    """``Rebuilding logs: 120000 of 1030000 events (11%)``, and the like."""
+    names = ", ".join(progress.projections)
+    if progress.waiting:
+        return f"Waiting for another shep process to finish rebuilding {names}..."
+    why = " (changed in this version of shep)" if progress.reason == "changed" else ""
+    if progress.finished:
+        return f"Rebuilt {names}{why} from {counted(progress.done, 'event')}."
+    share = f" ({100 * progress.done // progress.total}%)" if progress.total else ""
+    return f"Rebuilding {names}{why}: {progress.done} of {progress.total} events{share}"
+
+
+class ProgressLine:
+    """Shows a rebuild's progress on stderr: in a terminal one line, redrawn; elsewhere a
+    line every few seconds, and the last (unless ``finished=False``: the caller says it).
+    """
+
+    def __init__(self, *, every: float = 2.0, finished: bool = True) -> None:
+        self.every = every
+        self.finished = finished
+        self.tty = sys.stderr.isatty()
+        self._next = 0.0
+        self._drawn = False
+
+    def __call__(self, progress: RebuildProgress) -> None:
+        if progress.finished and not self.finished:
+            if self._drawn:
+                click.echo("\r\x1b[K", nl=False, err=True)
+            return
+        line = rebuild_line(progress)
+        if self.tty:
+            last = progress.finished or progress.waiting
+            click.echo(f"\r\x1b[K{line}", nl=last, err=True)
+            self._drawn = not last
+            return
+        now = time.monotonic()
+        if progress.finished or progress.waiting or now >= self._next:
+            click.echo(line, err=True)
+            self._next = now + self.every

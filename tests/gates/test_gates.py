@@ -79,7 +79,7 @@ def test_an_artifact_that_is_a_link_out_of_the_repository_is_not_read(
     secret.write_text("the user's private notes\n")
     run_id = _start(repo, "linked-artifact", "--input", f"outside={secret}")
     gate = _waiting_on(run_id, "approval")
-    assert gate["artifacts"] == [{"path": "shep-review.md", "sha256": ""}]
+    assert gate["artifacts"] == [{"kind": "file", "path": "shep-review.md", "sha256": ""}]
     assert hashlib.sha256(secret.read_bytes()).hexdigest() not in json.dumps(_inbox())
 
 
