@@ -56,7 +56,6 @@ def _play(s: Scratch, out: Transcript, server: object) -> None:
     s.shown_as += [(f"127.0.0.1:{port}", "127.0.0.1:5432"), (f"port {port} ", "port 5432 ")]
     s.env["SHEP_DEMO_DELAY"] = "0.05"
     inventory = sample_repo(s, s.root / "inventory")
-    shop = sample_repo(s, s.root / "shop")
     laptop = {"SHEP_HOME": str(s.root / "laptop"), "SHEP_HOST": "laptop"}
     buildbox = {"SHEP_HOME": str(s.root / "buildbox"), "SHEP_HOST": "buildbox"}
 
@@ -71,7 +70,7 @@ def _play(s: Scratch, out: Transcript, server: object) -> None:
     s.settle()
     joined = s.sh(f"shep settings store --url {url}", env=buildbox, prompt=BUILDBOX)
     started = s.sh(
-        f'shep feat new "Add a low-stock report" --repo {shop}', env=laptop, prompt=LAPTOP
+        f'shep feat new "Add a low-stock report" --repo {inventory}', env=laptop, prompt=LAPTOP
     )
     s.settle(ignore=_waiter)
     status = s.sh("shep status", env=buildbox, prompt=BUILDBOX)
