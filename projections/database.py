@@ -97,9 +97,9 @@ def ensure_schema(conn: apsw.Connection, progress: Progress | None = None) -> No
 
     Indexes are checked, not assumed: a killed rebuild or a damaged file may lack them.
     """
-    if (
-        not has_schema(conn) or stored_versions(conn) != PROJECTION_VERSIONS
-    ) and not conn.readonly("main"):
+    if (not has_schema(conn) or stored_versions(conn) != PROJECTION_VERSIONS) and not conn.readonly(
+        "main"
+    ):
         # A store the file system will not let this process write (an archived copy) is
         # read as it is, projections included. Only now the projection modules are imported: a reader of a current
         # store (the usual `shep status`) never pays for them.

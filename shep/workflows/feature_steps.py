@@ -279,17 +279,16 @@ def detect_test_command(worktree: Path, source: Path | None = None) -> str | Non
     import json
     import shlex
 
-    package = worktree / "package.json"
-    if package.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            script = (json.loads(package.read_text()).get("scripts") or {}).get("test", "")
-            if script and "no test specified" not in script:
-                return "npm test"
-    makefile = worktree / "Makefile"
-    if makefile.is_file():
-        with contextlib.suppress(OSError):
-            if any(line.startswith("test:") for line in makefile.read_text().splitlines()):
-                return "make test"
+    # Files the repository (or the agent) wrote: read only inside the worktree, never
+    # through a link out of it.
+    package = _read_project_file(worktree, "package.json")
+    with contextlib.suppress(ValueError, AttributeError):
+        script = (json.loads(package).get("scripts") or {}).get("test", "")
+        if script and "no test specified" not in script:
+            return "npm test"
+    makefile = _read_project_file(worktree, "Makefile")
+    if any(line.startswith("test:") for line in makefile.splitlines()):
+        return "make test"
     python = any((worktree / f).is_file() for f in ("pyproject.toml", "setup.py", "pytest.ini"))
     if python and ((worktree / "tests").is_dir() or (worktree / "test").is_dir()):
         return f"{shlex.quote(project_python(worktree, source))} -m pytest -q"
@@ -298,6 +297,18 @@ def detect_test_command(worktree: Path, source: Path | None = None) -> str | Non
     if (worktree / "go.mod").is_file():
         return "go test ./..."
     return None
+
+
+def _read_project_file(worktree: Path, name: str) -> str:
+    """The text of the worktree's file ``name``; empty when it is missing, unreadable or
+    reached through a symbolic link (see ``shep.worktree.read_inside``)."""
+    from events.errors import UnsafePathError
+    from shep.worktree import read_inside
+
+    try:
+        return read_inside(worktree, name).decode("utf-8", "replace")
+    except (OSError, UnsafePathError):
+        return ""
 
 
 def project_python(worktree: Path, source: Path | None = None) -> str:

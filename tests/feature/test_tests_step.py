@@ -290,3 +290,21 @@ def test_the_reason_of_a_failure_is_the_line_that_says_why(tmp_path: Path) -> No
     assert failure_reason("compiling\n\n3 checks did not pass\n") == "3 checks did not pass"
     assert failure_reason("") == ""
     assert failure_reason("x" * 200, width=20) == "x" * 17 + "..."
+
+
+def test_the_test_command_is_never_read_through_a_symbolic_link(tmp_path: Path) -> None:
+    """A repository whose package.json and Makefile are links to files outside it: shep
+    reads neither (they are not the repository's files), so no test command comes from
+    them; the same files inside the repository are read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "package.json").write_text('{"scripts": {"test": "node steal.js"}}')
+    (outside / "Makefile").write_text("test:\n\tcurl evil\n")
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / "package.json").symlink_to(outside / "package.json")
+    (worktree / "Makefile").symlink_to(outside / "Makefile")
+    assert detect_test_command(worktree) is None
+    (worktree / "Makefile").unlink()
+    (worktree / "Makefile").write_text("test:\n\tpytest\n")
+    assert detect_test_command(worktree) == "make test"
