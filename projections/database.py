@@ -101,8 +101,8 @@ def ensure_schema(conn: apsw.Connection, progress: Progress | None = None) -> No
         "main"
     ):
         # A store the file system will not let this process write (an archived copy) is
-        # read as it is, projections included. Only now the projection modules are imported: a reader of a current
-        # store (the usual `shep status`) never pays for them.
+        # read as it is, projections included. Only now the projection modules are
+        # imported: a reader of a current store (the usual `shep status`) never pays.
         from projections.schema import migrate
 
         migrate(conn, progress)
