@@ -41,7 +41,7 @@ from events.base import Event, utc_now  # noqa: E402
 from events.catalog import encode_event, topic_of  # noqa: E402
 from events.chain import GENESIS_HASH, chain_hash  # noqa: E402
 from events.inbox import ApprovalGranted, ApprovalRequested  # noqa: E402
-from events.schema import connect  # noqa: E402
+from events.sqlite_file import connect  # noqa: E402
 from events.store import EventStore  # noqa: E402
 
 EVENTS_PER_RUN = 103

@@ -29,7 +29,7 @@ import apsw  # noqa: E402
 from benchmarks.history import write_history  # noqa: E402
 from events.base import utc_now  # noqa: E402
 from events.runs import HeartbeatRecorded  # noqa: E402
-from events.schema import DEFAULT_SYNCHRONOUS, connect  # noqa: E402
+from events.sqlite_file import DEFAULT_SYNCHRONOUS, connect  # noqa: E402
 from events.store import EventStore  # noqa: E402
 
 TOPIC = "events.runs:HeartbeatRecorded"
@@ -200,8 +200,8 @@ def bench_long_run(workdir: Path, long_events: int, rounds: int) -> dict[str, fl
 
 def bench_rebuild(db: Path, rounds: int) -> dict[str, float]:
     """Full rebuild of every projection from the log (median of ``rounds``)."""
+    from projections.catch_up import rebuild
     from projections.database import open_database
-    from projections.runner import rebuild
 
     conn = open_database(db)
     times = []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from events.chain import GENESIS_HASH, STORAGE_CLASSES, chain_hash
-from events.schema import connect, store_error
+from events.sqlite_file import connect, store_error
 
 if TYPE_CHECKING:
     from pathlib import Path

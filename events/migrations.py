@@ -44,8 +44,8 @@ from events.errors import StoreTooNewError, StoreUnavailableError
 if TYPE_CHECKING:
     import apsw
 
-    from events.persistence import ApswDatastore, ApswProcessRecorder
     from events.postgres import PgDatastore, PgProcessRecorder
+    from events.sqlite import ApswDatastore, ApswProcessRecorder
 
 #: Told one line at a time what an upgrade does (the CLI prints it on stderr).
 Notice = Callable[[str], None]
@@ -133,7 +133,7 @@ def open_sqlite(
     """Check the SQLite store's schema; create it, or migrate it forward, as needed."""
     import apsw
 
-    from events.persistence import translate
+    from events.sqlite import translate
 
     try:
         return _open_sqlite(datastore, recorder, notice)
@@ -276,7 +276,7 @@ def _backup(db_name: str, partial: str) -> None:
     """Copy the store's committed pages to ``partial``, as private as the store, synced."""
     import apsw
 
-    from events.schema import connect
+    from events.sqlite_file import connect
 
     source = connect(db_name, readonly=True)
     try:

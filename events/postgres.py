@@ -3,7 +3,7 @@
 ``EventStore(url)`` opens it for ``SHEP_DATABASE_URL=postgresql://...``. The
 library's datastore (psycopg pool, error translation) and tracking recorder
 are used as they are; the events table differs from the library's in two ways
-the log relies on, exactly as on SQLite (``events.persistence``):
+the log relies on, exactly as on SQLite (``events.sqlite``):
 
 - ``notification_id`` is given by shep, not by a sequence: under the library's
   ``EXCLUSIVE`` table lock each insert reads the head and takes the next

@@ -43,11 +43,11 @@ from events.catalog import topic_of
 from events.errors import ConcurrencyError, StoreError, StoreUnavailableError, UnknownEventError
 from events.mapper import MsgspecMapper
 from events.migrations import Notice, StoreSchema, open_postgres, open_sqlite
-from events.persistence import ApswDatastore, ApswProcessRecorder
 from events.postgres_url import is_postgres_url, redacted
 from events.postgres_url import store_error as pg_store_error
 from events.postgres_url import where as pg_where
-from events.schema import DEFAULT_SYNCHRONOUS, store_error
+from events.sqlite import ApswDatastore, ApswProcessRecorder
+from events.sqlite_file import DEFAULT_SYNCHRONOUS, store_error
 
 T = TypeVar("T")
 

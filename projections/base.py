@@ -86,7 +86,7 @@ class Projection:
 
     Handlers never write events, and read and write only their own projection's
     tables (``tables``), naming them plainly in their statements: so a projection
-    rebuilds alone (``projections.runner.rebuild`` writes new tables under other
+    rebuilds alone (``projections.catch_up.rebuild`` writes new tables under other
     names). A handler that reads rows must not depend on rows another handler
     deferred in the same batch.
     """

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
 
-from events.schema import connect, store_error
+from events.sqlite_file import connect, store_error
 from projections.tables import (
     PROJECTION_INDEXES,
     PROJECTION_NAMES,
@@ -43,7 +43,7 @@ class RebuildProgress(NamedTuple):
     reason: str = ""
 
 
-#: Told how a rebuild goes, after each batch of events (see ``projections.runner.rebuild``).
+#: Told how a rebuild goes, after each batch of events (see ``projections.catch_up.rebuild``).
 Progress = Callable[[RebuildProgress], None]
 
 

@@ -28,7 +28,7 @@ from events.base import Event
 from events.catalog import decode_event
 from events.errors import StoreError
 from events.postgres_url import store_error as pg_store_error
-from events.schema import store_error
+from events.sqlite_file import store_error
 from projections.mirror import CONNECT_TIMEOUT
 
 #: The shared store's notification channel: its events table's name, as eventsourcing's

@@ -27,7 +27,7 @@ import apsw
 from events.chain import GENESIS_HASH, chain_hash
 from events.errors import ChainBrokenError, StoreError, StoreUnavailableError
 from events.postgres_url import store_error, where
-from events.schema import immediate_transaction
+from events.sqlite_file import immediate_transaction
 from events.words import counted
 
 #: Seconds to wait for the server before reading the copy as it is.
@@ -142,7 +142,7 @@ def pull(conn: apsw.Connection, url: str, *, batch_size: int = 5000) -> int:
         _offline.add(url)
         raise store_error(e, url) from e
     except apsw.Error as e:
-        from events.schema import store_error as sqlite_error
+        from events.sqlite_file import store_error as sqlite_error
 
         raise sqlite_error(e, conn.filename) from e
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.schema import TRACKING_DDL, events_table_ddl, immediate_transaction
+from events.sqlite_file import TRACKING_DDL, events_table_ddl, immediate_transaction
 from projections.base import Projection
 from projections.checkpoints import CHECKPOINTS
 from projections.decisions import DECISIONS
@@ -48,11 +48,11 @@ _SET_VERSION = f"INSERT OR REPLACE INTO {VERSIONS_TABLE} VALUES (?, ?)"
 
 def migrate(conn: apsw.Connection, progress: Progress | None = None) -> None:
     """Bring the store's projections to this shep: create what is missing, then rebuild
-    each projection built by another version, alone (``projections.runner.rebuild``:
+    each projection built by another version, alone (``projections.catch_up.rebuild``:
     a kill leaves it as it was or rebuilt, never half).
     """
     if changed := create_tables(conn):
-        from projections.runner import rebuild
+        from projections.catch_up import rebuild
 
         rebuild(conn, changed, progress=progress, reason="changed", only_changed=True)
 

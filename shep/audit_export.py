@@ -63,7 +63,7 @@ from events.inbox import (
     QuestionAsked,
     notification_stream_id,
 )
-from events.schema import store_error
+from events.sqlite_file import store_error
 from events.supervisor import (
     SupervisorDecisionMade,
     SupervisorDecisionRefused,

@@ -119,9 +119,10 @@ from events.checkpoints import (
     WritesSaved,
 )
 from events.errors import ConcurrencyError, StoreTooNewError
-from events.schema import store_error
+from events.sqlite_file import store_error
 from events.store import EventStore
 from events.versions import SHEP_VERSION
+from projections.catch_up import catch_up
 from projections.checkpoints import (
     CheckpointRow,
     MetadataRow,
@@ -139,7 +140,6 @@ from projections.checkpoints import (
 )
 from projections.database import open_database
 from projections.mirror import pull_registered
-from projections.runner import catch_up
 
 #: Builds the outbox's events for a stream, numbered after the version it is given.
 OutboxBuilder = Callable[[int], Sequence[Event]]

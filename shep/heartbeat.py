@@ -32,8 +32,8 @@ from events.errors import (
     WorkerFencedError,
 )
 from events.store import EventStore
+from projections.catch_up import catch_up
 from projections.database import open_database
-from projections.runner import catch_up
 from shep.nodes.context import Live
 
 

@@ -60,7 +60,7 @@ def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) 
     for item in expired:
         _apply_deadline(runtime, item)
     if expired:
-        from projections.runner import catch_up
+        from projections.catch_up import catch_up
 
         catch_up(conn)
         pending, stranded = count_pending(conn), _awaited_decisions(conn)
@@ -173,9 +173,9 @@ def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> b
     and resume the run if decided; whether it still waits.
     """
     from events.runs import WAITING_STATUSES
+    from projections.catch_up import catch_up
     from projections.mirror import forget_offline, pull, url_of
     from projections.queries import get_run
-    from projections.runner import catch_up
     from shep.recovery import orphan_after
 
     conn = runtime.read_db(catch_up=False)

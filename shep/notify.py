@@ -219,7 +219,7 @@ def _tail(raw: bytes) -> str:
 
 def _shep_prefix(home: Path) -> str:
     """``shep``, with SHEP_HOME set in front when the store is not the default one."""
-    # The default of events.schema.home_from_env.
+    # The default of events.sqlite_file.home_from_env.
     default = Path(os.path.expanduser("~")) / ".shep"
     if Path(home).resolve() == default.resolve():
         return "shep"

@@ -14,7 +14,7 @@ import apsw
 
 from events.errors import ShepError, StoreError, StoreTooNewError, StoreUnavailableError
 from events.runs import RunStatus
-from events.schema import ensure_home, home_from_env
+from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
 from projections.database import has_schema, lag, open_database
 
@@ -143,7 +143,7 @@ class Runtime:
                     file=sys.stderr,
                 )
             elif behind > 0 and catch_up:
-                from projections.runner import catch_up as run_catch_up
+                from projections.catch_up import catch_up as run_catch_up
 
                 try:
                     run_catch_up(conn, pull=False)  # pulled just above
@@ -200,7 +200,7 @@ class Runtime:
 
         from commands.mark_interrupted import mark_interrupted
         from events.errors import ConcurrencyError, InvalidTransitionError, WorkerFencedError
-        from projections.runner import catch_up
+        from projections.catch_up import catch_up
 
         marked: list[str] = []
         for orphan in orphans:

@@ -224,7 +224,7 @@ KNOWN: dict[str, set[str]] = {
         "shep.runtime print",
     },
     "cycles": {
-        "projections.database projections.runner projections.schema",
+        "projections.database projections.catch_up projections.schema",
         "shep.cli.inbox shep.cli.inbox_picker",
         "shep.cli.run shep.inbox_watch shep.runtime shep.supervisor.start",
         "shep.cli.supervisor shep.supervisor.whatif",
@@ -239,7 +239,7 @@ KNOWN: dict[str, set[str]] = {
         "shep.supervisor.whatif -> shep.cli.supervisor",
     },
     "sizes": {
-        "events.persistence",
+        "events.sqlite",
         "shep.agents.demo",
         "shep.audit_bundle",
         "shep.audit_export",

@@ -16,7 +16,7 @@ import click
 
 from events.display import printable
 from events.errors import ShepError
-from events.schema import home_from_env, store_error
+from events.sqlite_file import home_from_env, store_error
 from events.words import counted
 from shep import __version__
 from shep.cli.render import ProgressLine

@@ -174,8 +174,8 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     """feat new, then answer and approve what it asks (the recommended option) until it ends."""
     from commands.run_state import load_run
     from events.runs import WAITING_STATUSES
+    from projections.catch_up import catch_up
     from projections.inbox_queries import list_inbox
-    from projections.runner import catch_up
     from shep.cli.feat import new
     from shep.cli.inbox import answer, approve, inbox
     from shep.cli.logs import logs
@@ -235,8 +235,8 @@ def _feature_runs(runtime: Runtime) -> list[Any]:
     from uuid import UUID
 
     from events.features import FEATURE_WORKFLOW_NAMES
+    from projections.catch_up import catch_up
     from projections.queries import list_runs
-    from projections.runner import catch_up
 
     conn = runtime.read_db()
     catch_up(conn)

@@ -244,8 +244,8 @@ def record_approval(
 def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: bool) -> None:
     """Reject gate ITEM (or the one pending gate of RUN); its phase re-runs with the reason."""
     from commands.reject_item import reject_item
+    from projections.catch_up import catch_up
     from projections.inbox_queries import count_rejections, resolve_item
-    from projections.runner import catch_up
     from shep.identity import user_actor
 
     conn = _db(runtime)

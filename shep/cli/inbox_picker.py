@@ -230,7 +230,7 @@ def _pending(runtime: Runtime) -> list[Row]:
 
 
 def _catch_up(conn: Any) -> None:
-    from projections.runner import catch_up
+    from projections.catch_up import catch_up
 
     if not conn.readonly("main"):
         catch_up(conn)

@@ -12,10 +12,10 @@ import msgspec
 
 from events.display import printable
 from events.runs import FINAL_STATUSES, RunStatus
+from projections.catch_up import catch_up
 from projections.database import head_position
 from projections.follow import LogFollower
 from projections.queries import get_run, list_logs, resolve_run_id
-from projections.runner import catch_up
 from shep.cli.render import short_id
 from shep.runtime import Runtime
 

@@ -7,8 +7,8 @@ import time
 import click
 
 from events.words import counted
+from projections.catch_up import rebuild
 from projections.database import open_database
-from projections.runner import rebuild
 from projections.tables import PROJECTION_NAMES
 from shep.cli.render import ProgressLine
 from shep.runtime import Runtime

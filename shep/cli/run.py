@@ -99,7 +99,7 @@ def run(
     workflow = get_workflow(name)
     repo_path = repo.expanduser().resolve()
     try:
-        str(repo_path).encode()  # recorded as text in events; see events.schema.home_from_env
+        str(repo_path).encode()  # recorded as text in events; see events.sqlite_file.home_from_env
     except UnicodeEncodeError as e:
         raise RunInputError(
             f"Repository {bytes(repo_path)!r} is not valid UTF-8. "
@@ -529,7 +529,7 @@ def _report(
 ) -> None:
     """Say how the worker left the run, and exit with its code (130 interrupted, 1 failed)."""
     from events.runs import WAITING_STATUSES, RunStatus
-    from projections.runner import catch_up
+    from projections.catch_up import catch_up
 
     run_id = runner.run_id
     short = run_id.hex[:8]

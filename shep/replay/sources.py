@@ -99,7 +99,7 @@ def _read_store(path: str, read: Callable[[apsw.Connection], _T]) -> _T:
     """``read(conn)`` inside one read transaction of a connection that writes nothing."""
     import apsw
 
-    from events.schema import store_error
+    from events.sqlite_file import store_error
 
     if not os.path.isfile(path):
         raise StoreUnavailableError(f"No event store at {path}: nothing to replay.")

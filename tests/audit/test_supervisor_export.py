@@ -38,8 +38,8 @@ from commands.supervise import Verdict, record_verdict
 from events.chain import GENESIS_HASH, chain_hash
 from events.store import EventStore
 from events.supervisor import RuleResult, supervisor_stream_id
+from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
-from projections.runner import catch_up, rebuild
 from shep.audit_export import CSV_COLUMNS, canonical
 from shep.audit_verify import verify_export
 from tests.e2e.cli import shep

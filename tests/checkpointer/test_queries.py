@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from events.store import EventStore
+from projections.catch_up import catch_up
 from projections.checkpoints import (
     ReadSnapshot,
     get_checkpoint_row,
@@ -24,7 +25,6 @@ from projections.checkpoints import (
     list_writes,
 )
 from projections.database import open_database
-from projections.runner import catch_up
 from shep.checkpointer import EventStoreCheckpointSaver, thread_stream_id
 
 THREAD = "chat-1"

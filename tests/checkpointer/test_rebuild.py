@@ -13,9 +13,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, interrupt
 
 from events.store import EventStore
+from projections.catch_up import catch_up, rebuild
 from projections.checkpoints import CHECKPOINTS
 from projections.database import lag, open_database
-from projections.runner import catch_up, rebuild
 from shep.checkpointer import EventStoreCheckpointSaver
 from tests.checkpointer.graphs import NODES, linear_graph
 

@@ -11,8 +11,8 @@ import apsw
 import pytest
 
 from events.store import EventStore
+from projections.catch_up import catch_up
 from projections.database import open_database
-from projections.runner import catch_up
 from tests.e2e.cli import shep
 from tests.e2e.test_read_cli import _make_read_only, _make_writable
 from tests.histories import random_run

@@ -22,8 +22,8 @@ import apsw
 import pytest
 
 from events.store import EventStore
+from projections.catch_up import SHADOW_PREFIX, rebuild
 from projections.database import PROJECTION_INDEXES, open_database
-from projections.runner import SHADOW_PREFIX, rebuild
 from projections.schema import PROJECTIONS
 from projections.tables import PROJECTION_NAMES, VERSIONS_TABLE
 from tests.e2e.cli import shep

@@ -24,7 +24,7 @@ from eventsourcing.tests.persistence import (
 )
 from eventsourcing.utils import Environment, get_topic
 
-from events.persistence import (
+from events.sqlite import (
     ApswAggregateRecorder,
     ApswApplicationRecorder,
     ApswDatastore,
@@ -126,7 +126,7 @@ class TestApswInfrastructureFactory(InfrastructureFactoryTestCase[ApswFactory]):
     def test_module_topic_resolves_to_one_factory(self) -> None:
         """PERSISTENCE_MODULE may name the module itself: it holds exactly one factory."""
         env: dict[str, Any] = {
-            "PERSISTENCE_MODULE": "events.persistence",
+            "PERSISTENCE_MODULE": "events.sqlite",
             "APSW_DBNAME": os.path.join(self._dir.name, "other.db"),
         }
         factory = InfrastructureFactory.construct(Environment("X", env))

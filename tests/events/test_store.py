@@ -15,14 +15,14 @@ from eventsourcing.persistence import StoredEvent
 
 from events.base import utc_now
 from events.errors import ConcurrencyError
-from events.persistence import ApswApplicationRecorder, ApswDatastore
 from events.runs import RunCreated
+from events.sqlite import ApswApplicationRecorder, ApswDatastore
 from events.store import EventStore
 
 WRITER = """
 import sys, uuid
 from eventsourcing.persistence import StoredEvent
-from events.persistence import ApswApplicationRecorder, ApswDatastore
+from events.sqlite import ApswApplicationRecorder, ApswDatastore
 recorder = ApswApplicationRecorder(ApswDatastore(sys.argv[1]))
 recorder.create_table()
 for i in range(int(sys.argv[2])):

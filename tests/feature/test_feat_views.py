@@ -45,10 +45,10 @@ from events.features import (
 from events.inbox import QuestionOption, item_stream_id
 from events.runs import NodeCompleted, RunStatus, Usage
 from events.store import EventStore
+from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
 from projections.feature_queries import get_feature, resolve_feature_id
 from projections.features import FEATURE_WORKFLOWS
-from projections.runner import catch_up, rebuild
 from shep import git as sgit
 from shep.cli import main
 from shep.cli.feat_views import DurationError, human_size, parse_duration

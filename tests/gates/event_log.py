@@ -37,7 +37,7 @@ def read_events(home: Path) -> list[Event]:
     path = home / "shep.db"
     if not path.exists():
         return []
-    # Not `events.schema.connect(readonly=True)`: it reads before it sets its busy
+    # Not `events.sqlite_file.connect(readonly=True)`: it reads before it sets its busy
     # timeout, so it fails at once while another process closes the store.
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     conn.setbusytimeout(10_000)
@@ -154,8 +154,8 @@ def assert_rebuild_equals_incremental(home: Path) -> None:
 
     Call it when no worker runs (every run waits or has ended).
     """
+    from projections.catch_up import catch_up, rebuild
     from projections.database import open_database
-    from projections.runner import catch_up, rebuild
     from tests.projections.test_rebuild import snapshot
 
     conn = open_database(home / "shep.db")

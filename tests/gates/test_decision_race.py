@@ -36,7 +36,7 @@ RACER = """
 import os, sys, time
 import shep.cli, shep.cli.inbox, shep.cli.run, shep.inbox_watch
 import commands.answer_question, commands.approve_item, commands.reject_item
-import projections.inbox_queries, projections.runner, events.store
+import projections.inbox_queries, projections.catch_up, events.store
 import commands.inbox_state as inbox_state
 ready, go, *argv = sys.argv[1:]
 original = inbox_state.load_item

@@ -18,8 +18,8 @@ import pytest
 from commands.inbox_state import ItemState, load_item
 from events.base import Event
 from events.inbox import ApprovalGranted, ApprovalRejected, QuestionAnswered
+from projections.catch_up import catch_up
 from projections.inbox_queries import list_inbox
-from projections.runner import catch_up
 from shep.identity import user_actor
 from shep.runtime import Runtime
 from tests.e2e.cli import shep

@@ -98,7 +98,7 @@ def test_the_follower_s_own_commits_do_not_wake_it(store: EventStore, db_path: P
     """The follower's connection catching projections up (its own commits) is no change of
     the log: the wait times out.
     """
-    from projections.runner import catch_up
+    from projections.catch_up import catch_up
 
     _heartbeats(store, 2)
     conn = open_database(db_path)

@@ -8,8 +8,8 @@ from pathlib import Path
 import apsw
 
 from events.store import EventStore
+from projections.catch_up import catch_up, rebuild
 from projections.database import PROJECTION_INDEXES, has_schema, open_database
-from projections.runner import catch_up, rebuild
 from projections.schema import PROJECTIONS
 from tests.histories import random_run
 from tests.projections.test_rebuild import snapshot

@@ -9,8 +9,8 @@ import apsw
 import pytest
 
 from events.store import EventStore
+from projections.catch_up import catch_up, rebuild
 from projections.database import lag, open_database
-from projections.runner import catch_up, rebuild
 from projections.schema import PROJECTIONS
 from tests.histories import random_decisions, random_run
 

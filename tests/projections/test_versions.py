@@ -13,8 +13,8 @@ import pytest
 
 from events.errors import StoreError
 from events.store import EventStore
+from projections.catch_up import catch_up, rebuild
 from projections.database import RebuildProgress, open_database, stored_versions
-from projections.runner import catch_up, rebuild
 from projections.schema import PROJECTIONS
 from projections.tables import (
     LEGACY_SCHEMA,

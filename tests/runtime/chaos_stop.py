@@ -58,8 +58,8 @@ from events.runs import (
     RunStatus,
 )
 from events.store import EventStore
+from projections.catch_up import catch_up
 from projections.database import open_database
-from projections.runner import catch_up
 from projections.tables import PROJECTION_TABLES
 from shep.recovery import find_orphans, orphan_after, worker_alive
 from tests.runtime.chaos import FAKE, Chaos

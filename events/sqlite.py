@@ -1,6 +1,6 @@
 """An eventsourcing persistence module on apsw.
 
-Select it with ``PERSISTENCE_MODULE=events.persistence:ApswFactory`` and
+Select it with ``PERSISTENCE_MODULE=events.sqlite:ApswFactory`` and
 ``APSW_DBNAME=/path/to/shep.db``. It provides the aggregate, application,
 tracking and process recorders, and passes the library's own recorder test
 cases (see ``tests/events/test_persistence.py``).
@@ -48,7 +48,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from events.chain import GENESIS_HASH, chained_rows
-from events.schema import (
+from events.sqlite_file import (
     DEFAULT_BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
     TRACKING_DDL,

@@ -25,7 +25,7 @@ import apsw
 
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
-from events.schema import immediate_transaction, store_error
+from events.sqlite_file import immediate_transaction, store_error
 from projections.base import Batch, Handler, Projection, Writer
 from projections.database import (
     Progress,

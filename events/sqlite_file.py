@@ -1,6 +1,6 @@
 """The SQLite file behind the event store: connections, pragmas, tables, locks.
 
-The write side (``events.persistence``) and the read side (``projections``)
+The write side (``events.sqlite``) and the read side (``projections``)
 both open the database through here. ``shep status`` imports it, so it stays
 pure apsw: no eventsourcing, no pathlib, no hashlib (the chain is ``events.chain``).
 
