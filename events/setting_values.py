@@ -242,7 +242,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "collaboration": FlagSetting(
             False, "the supervisor decides inbox items its policies cover (`shep supervisor`)"
         ),
-        # Cut into argv with shlex, run without a shell (see shep.notify).
+        # Cut into argv with shlex, run without a shell (see shep.home.notify).
         "notify_command": TextSetting(
             "",
             "given each new inbox item as JSON on stdin",

@@ -170,7 +170,7 @@ def carry_out(store: EventStore, removal: Removal, *, force: bool, reason: str) 
     """
     from commands.remove_worktree import remove_worktree
     from shep import git
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     feature = removal.feature
     path, branch = feature.worktree, feature.branch

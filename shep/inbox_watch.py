@@ -30,7 +30,7 @@ import apsw
 from events.errors import StoreTooNewError
 
 if TYPE_CHECKING:
-    from shep.runtime import Runtime
+    from shep.home.runtime import Runtime
 
 DEADLINE_ACTOR = "system:deadline"
 
@@ -67,7 +67,7 @@ def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) 
     if stranded:
         here = None
         if runtime.shared:
-            from shep.identity import host_name
+            from shep.home.identity import host_name
 
             here = host_name()
         for run_id in list_runs_to_resume(conn, host=here):
@@ -121,7 +121,7 @@ def notice_enabled(conn: apsw.Connection) -> bool:
     The settings fold's own rules apply: a recorded value that is not on or
     off is skipped, as `shep settings show` skips it.
     """
-    from shep.settings import read_setting_values
+    from shep.home.settings import read_setting_values
 
     return read_setting_values(conn).flags["inbox_notice"]
 

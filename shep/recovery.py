@@ -31,7 +31,7 @@ import msgspec
 
 from events.runs import RunStatus
 from events.setting_values import SECONDS_SETTINGS
-from shep.identity import process_start
+from shep.home.identity import process_start
 
 DEFAULT_ORPHAN_AFTER = SECONDS_SETTINGS["orphan_after"].default
 
@@ -145,6 +145,6 @@ def orphan_after(conn: apsw.Connection) -> float:
 
     Cheap (apsw and msgspec, no eventsourcing): the orphan check of every command runs it.
     """
-    from shep.settings import read_setting_values
+    from shep.home.settings import read_setting_values
 
     return read_setting_values(conn).values["orphan_after"]

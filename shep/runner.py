@@ -51,12 +51,12 @@ from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
 from shep.agents.process import output_limits
 from shep.heartbeat import Heartbeat
-from shep.identity import host_name
+from shep.home.identity import host_name
+from shep.home.secrets import load_token
+from shep.home.settings import Settings
 from shep.nodes import RunKit
 from shep.nodes.context import RunContext, RunPlan
 from shep.progress import Progress
-from shep.secrets import load_token
-from shep.settings import Settings
 
 __all__ = ["RunPlan", "Runner", "WorkerStopped"]
 

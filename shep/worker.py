@@ -28,7 +28,7 @@ from commands.run_state import RunState, load_run
 from events.errors import WorkerNotAssignedError
 from events.runs import RunStatus
 from events.store import EventStore
-from shep.identity import process_start
+from shep.home.identity import process_start
 from shep.recovery import worker_alive
 
 

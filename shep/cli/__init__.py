@@ -20,7 +20,7 @@ from events.sqlite_file import home_from_env, store_error
 from events.words import counted
 from shep import __version__
 from shep.cli.render import ProgressLine
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 #: command name -> "module:attribute"; modules are imported only when their command runs.
 COMMANDS: dict[str, str] = {

@@ -19,7 +19,7 @@ from events.audit import ChainReport, open_log, verify_chain
 from events.errors import AnchorFormatError, ChainBrokenError, ShepError, StoreUnavailableError
 from events.words import counted
 from shep.cli.render import events_verify
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
     from shep.audit_export import ExportFilter

@@ -15,7 +15,7 @@ import click
 
 from events.errors import ShepError
 from shep.cli.render import Seconds
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 
 @click.command()
@@ -43,7 +43,7 @@ def demo(ctx: click.Context, what: str, delay: float) -> None:
     """
     from commands.configure_agent import configure_agent
     from shep.demo import SAMPLE_REPO
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     try:
         tempfile.gettempdir().encode()  # the demo's home is recorded as text in events
@@ -126,7 +126,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.cli.logs import logs
     from shep.cli.run import execute_run
     from shep.cli.status import status
-    from shep.identity import current_actor, host_name, process_start
+    from shep.home.identity import current_actor, host_name, process_start
     from shep.workflows import get_workflow
 
     store = runtime.store()

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from shep.cli.render import Seconds
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 
 @click.group()
@@ -91,9 +91,9 @@ def new(
         plan_feature,
         settle_worktree,
     )
-    from shep.identity import current_actor, host_name, process_start
-    from shep.secrets import require_token
-    from shep.settings import load_settings
+    from shep.home.identity import current_actor, host_name, process_start
+    from shep.home.secrets import require_token
+    from shep.home.settings import load_settings
 
     store = runtime.store()
     settings = load_settings(store)

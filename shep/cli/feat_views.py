@@ -42,7 +42,7 @@ from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, 
 from events.words import counted
 from shep.cli.render import age, short_id, table
 from shep.feature_removal import Feature, carry_out, disk_usage, load_feature, plan_removal
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
     import apsw
@@ -519,7 +519,7 @@ def _cancel(store: EventStore, feature: Feature) -> list[str]:
     from commands.cancel_run import cancel_run
     from events.errors import InvalidTransitionError
     from shep.cli.run import _local_worker
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
     from shep.worker import stop_worker
 
     before = feature.state

@@ -11,7 +11,7 @@ from uuid import UUID
 import click
 
 from shep.cli.render import Seconds
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 
 @click.command()
@@ -69,7 +69,7 @@ def fork(
     from events.runs import RunCreated
     from projections.queries import resolve_run_id
     from shep.cli.run import launch
-    from shep.identity import current_actor, host_name, process_start
+    from shep.home.identity import current_actor, host_name, process_start
 
     store = runtime.store()
     origin = UUID(resolve_run_id(runtime.read_db(), run_ref))
@@ -162,7 +162,7 @@ def _fork_worktree(
     from shep import git
     from shep.feature import discard_worktree, make_worktree, plan_feature
     from shep.git_runner import Checkout
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     inputs = dict(created.inputs)
     snapshot = None

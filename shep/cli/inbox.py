@@ -18,7 +18,7 @@ import click
 import msgspec
 
 from events.display import printable
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 #: Rejections of one phase after which the user is told how many there were.
 REJECTION_WARNING = 5
@@ -156,7 +156,7 @@ def answer(
     from commands.answer_question import answer_question
     from events.errors import InvalidAnswerError
     from projections.inbox_queries import resolve_item
-    from shep.identity import user_actor
+    from shep.home.identity import user_actor
 
     given = [v for v in (answer_text, option_id, free_text) if v is not None]
     if len(given) != 1:
@@ -188,7 +188,7 @@ def answer(
 def approve(runtime: Runtime, item_ref: str, comment: str, as_: str | None, wait: bool) -> None:
     """Approve gate ITEM (or the one pending gate of RUN); the run goes on."""
     from projections.inbox_queries import resolve_item
-    from shep.identity import user_actor
+    from shep.home.identity import user_actor
 
     item = resolve_item(_db(runtime), item_ref, kind="approval")
     user_approves(runtime, item, actor=user_actor(as_), comment=comment, wait=wait)
@@ -246,7 +246,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
     from commands.reject_item import reject_item
     from projections.catch_up import catch_up
     from projections.inbox_queries import count_rejections, resolve_item
-    from shep.identity import user_actor
+    from shep.home.identity import user_actor
 
     conn = _db(runtime)
     item = resolve_item(conn, item_ref, kind="approval")
@@ -297,7 +297,7 @@ def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None
         # to resume.
         return
     if runtime.shared and state.host:
-        from shep.identity import host_name
+        from shep.home.identity import host_name
 
         if state.host != host_name():
             click.echo(

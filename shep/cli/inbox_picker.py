@@ -20,7 +20,7 @@ import click
 
 from events.display import printable
 from shep.cli.render import wrapped
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -121,7 +121,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
 
 def _ask_answer(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision | None:
     from commands.answer_question import answer_question
-    from shep.identity import user_actor
+    from shep.home.identity import user_actor
 
     options: list[Row] = item["options"]
     entries = [(str(o["id"]), _option_label(o)) for o in options]
@@ -164,7 +164,7 @@ def _ask_answer(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision |
 
 def _ask_approval(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision | None:
     from commands.reject_item import reject_item
-    from shep.identity import user_actor
+    from shep.home.identity import user_actor
 
     phase = item["phase"] or item["node"]
     choice = terminal.choose(

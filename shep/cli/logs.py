@@ -17,7 +17,7 @@ from projections.database import head_position
 from projections.follow import LogFollower
 from projections.queries import get_run, list_logs, resolve_run_id
 from shep.cli.render import short_id
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 FINAL = frozenset(s.value for s in FINAL_STATUSES)
 INTERRUPTED = RunStatus.INTERRUPTED.value

@@ -11,7 +11,7 @@ from projections.catch_up import rebuild
 from projections.database import open_database
 from projections.tables import PROJECTION_NAMES
 from shep.cli.render import ProgressLine
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 
 @click.group()

@@ -18,8 +18,8 @@ import msgspec
 from events.display import printable
 from events.words import counted
 from shep.cli.render import short_id, wrapped
+from shep.home.runtime import Runtime
 from shep.replay import Frame, Lineage, Replay, ReplayInputError, format_ms
-from shep.runtime import Runtime
 
 if TYPE_CHECKING:
     from prompt_toolkit.buffer import Buffer

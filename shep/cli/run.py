@@ -20,7 +20,7 @@ from events.errors import (
     WorkerStillRunningError,
 )
 from shep.cli.render import Seconds
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
     from commands.run_state import RunState
@@ -91,9 +91,9 @@ def run(
     from commands.create_run import create_run
     from projections.queries import find_interrupted_run
     from shep.git import repo_root
-    from shep.identity import current_actor, host_name, process_start
-    from shep.secrets import require_token
-    from shep.settings import load_settings
+    from shep.home.identity import current_actor, host_name, process_start
+    from shep.home.secrets import require_token
+    from shep.home.settings import load_settings
     from shep.workflows import get_workflow
 
     workflow = get_workflow(name)
@@ -191,7 +191,7 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
     from commands.run_state import load_run
     from events.audit import run_in_log
     from events.runs import RunStatus
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
     from shep.worker import stop_worker
 
     run_id = UUID(run_in_log(runtime.read_db(), run_ref))  # its state is read from the log
@@ -309,7 +309,7 @@ def _local_worker(state: RunState) -> tuple[int | None, str | None]:
     ``state`` is the run as it was when the worker was last known to run it
     (a running run, or the fold just before a cancel).
     """
-    from shep.identity import host_name
+    from shep.home.identity import host_name
 
     if state.epoch == 0 or state.host != host_name():
         return None, None
@@ -354,8 +354,8 @@ def _resume(
 
 
 def _require_token_for(runtime: Runtime, agent_type: str | None) -> None:
-    from shep.secrets import require_token
-    from shep.settings import load_settings
+    from shep.home.secrets import require_token
+    from shep.home.settings import load_settings
 
     settings = load_settings(runtime.store())
     agent_type = agent_type or settings.agent_type
@@ -381,7 +381,7 @@ def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
     from commands.run_state import load_run
     from events.errors import InvalidTransitionError, WorkerFencedError
     from events.runs import RunStatus
-    from shep.identity import current_actor, host_name
+    from shep.home.identity import current_actor, host_name
     from shep.worker import stop_worker
 
     short = state.run_id.hex[:8]
@@ -426,7 +426,7 @@ def launch(
         from commands.fail_run import fail_run
         from commands.resume_run import resume_run
         from commands.start_run import start_run
-        from shep.identity import host_name, process_start
+        from shep.home.identity import host_name, process_start
         from shep.worker import log_path, spawn_worker
 
         try:
@@ -483,9 +483,9 @@ def execute_run(
     from commands.fail_run import fail_run
     from commands.resume_run import resume_run
     from commands.start_run import start_run
-    from shep.identity import host_name, process_start
+    from shep.home.identity import host_name, process_start
+    from shep.home.settings import load_settings
     from shep.runner import Runner
-    from shep.settings import load_settings
     from shep.worker import wait_until_assigned
 
     store = runtime.store()
@@ -551,8 +551,8 @@ def _report(
             f"Run {short} is waiting for {what}: see `shep inbox`. It goes on once decided.",
             err=True,
         )
-        from shep.notify import notify_new_items
-        from shep.settings import load_settings
+        from shep.home.notify import notify_new_items
+        from shep.home.settings import load_settings
 
         # Settings as they are now: a run can wait for hours after it started.
         store = runtime.store()

@@ -23,10 +23,10 @@ from events.setting_values import (
     show_value,
 )
 from events.words import counted
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
-    from shep.settings import Settings
+    from shep.home.settings import Settings
 
 
 @click.group()
@@ -106,8 +106,8 @@ def agent(
     """
     from commands.configure_agent import configure_agent
     from shep.agents import probe_version
-    from shep.identity import current_actor
-    from shep.secrets import save_token
+    from shep.home.identity import current_actor
+    from shep.home.secrets import save_token
 
     if binary is not None:
         try:
@@ -259,7 +259,7 @@ def _set_help() -> str:
 @click.pass_obj
 def set_command(runtime: Runtime, key: str, value: str) -> None:
     from commands.configure_agent import change_setting
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     event = change_setting(runtime.store(), key=key, value=value, changed_by=current_actor())
     click.echo(f"{key} = {show_value(SETTINGS[key].parse(key, event.value))}")
@@ -285,7 +285,7 @@ def _warn_if_not_found(command: str) -> None:
 @click.pass_obj
 def show(runtime: Runtime, as_json: bool) -> None:
     """Show the configured agent and settings. The token is masked."""
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     current = load_settings(runtime.store())
     values = current.every()
@@ -313,7 +313,7 @@ def show(runtime: Runtime, as_json: bool) -> None:
 
 def _token_shown(runtime: Runtime, current: Settings) -> str | None:
     """Masked; or where it is missing (a shared store's settings reach machines without it)."""
-    from shep.secrets import load_token
+    from shep.home.secrets import load_token
 
     if not current.token_configured or current.agent_type is None:
         return None
@@ -345,7 +345,7 @@ def flags(ctx: click.Context, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from events.setting_values import FEATURE_FLAGS
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     runtime: Runtime = ctx.obj
     current = load_settings(runtime.store()) if runtime.has_store() else None
@@ -367,7 +367,7 @@ def flags(ctx: click.Context, as_json: bool) -> None:
 def _toggle_flag(runtime: Runtime, name: str, on: bool) -> None:
     from commands.configure_agent import change_setting
     from events.setting_values import FEATURE_FLAGS
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     if name not in FEATURE_FLAGS:
         raise SettingsError(f"Unknown feature flag {name!r}. Known: {', '.join(FEATURE_FLAGS)}.")
@@ -473,7 +473,7 @@ def workflow(
     option is recorded as `shep settings set` records it, with the same checks;
     all of them are checked first, so a bad one records none of them.
     """
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     store = runtime.store()
     current = load_settings(store)
@@ -483,7 +483,7 @@ def workflow(
         _print_workflow(current.every(), as_json)
         return
     from commands.configure_agent import change_setting
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     for key, text in changes.items():
         checked_value(current.values, key, text)
@@ -552,7 +552,7 @@ def store_command(
     """
     from events.errors import SettingsError
     from events.postgres_url import has_password, is_postgres_url, redacted
-    from shep.secrets import STORE_URL_ENV, save_store_url
+    from shep.home.secrets import STORE_URL_ENV, save_store_url
 
     if sum((url is not None, url_stdin, local)) > 1:
         raise SettingsError("Give one of --url, --url-stdin and --local.")
@@ -583,7 +583,7 @@ def store_command(
 
 def _print_store(runtime: Runtime, *, as_json: bool) -> None:
     from events.postgres_url import redacted
-    from shep.secrets import STORE_URL_ENV
+    from shep.home.secrets import STORE_URL_ENV
 
     data: dict[str, Any]
     if runtime.store_url is None:

@@ -12,7 +12,7 @@ from events.display import printable
 from events.runs import RunStatus
 from projections.queries import get_run, list_runs, resolve_run_id
 from shep.cli.render import age, short_id, table
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 
 @click.command()

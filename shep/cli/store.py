@@ -11,7 +11,7 @@ import click
 
 from events.words import counted
 from shep.cli.render import events_verify
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
     import apsw

@@ -19,7 +19,7 @@ from events.display import printable
 from events.errors import PolicyError, SupervisorOffError
 from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
 from events.words import counted
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
     from commands.policies import Policy
@@ -165,7 +165,7 @@ def configure(
     """Set the policy of a SCOPE (the most specific enabled one covers an item)."""
     from commands.policies import configure_policy
     from events.supervisor import Guardrails
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     if policy_file is not None:
         read = read_policy_file(policy_file)
@@ -244,7 +244,7 @@ def describe_rules(rules: Guardrails) -> list[str]:
 
 
 def _warn_if_off(runtime: Runtime) -> None:
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     if not load_settings(runtime.store()).flags["collaboration"]:
         click.echo(
@@ -259,7 +259,7 @@ def _warn_if_off(runtime: Runtime) -> None:
 def show(runtime: Runtime, as_json: bool) -> None:
     """Show every scope's policy, and whether the supervisor is on."""
     from commands.policies import load_policies
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     if not runtime.has_store():
         click.echo("[]" if as_json else "No policy is set.")
@@ -301,7 +301,7 @@ def disable(runtime: Runtime, scope: str) -> None:
 
 def _toggle(runtime: Runtime, scope: str, on: bool) -> None:
     from commands.policies import set_policy_enabled
-    from shep.identity import current_actor
+    from shep.home.identity import current_actor
 
     policy = set_policy_enabled(runtime.store(), _scope(runtime, scope), on, actor=current_actor())
     click.echo(f"Policy {policy.label} {'enabled' if on else 'disabled'}.")
@@ -352,7 +352,7 @@ class _LazyEvaluator:
         self.name = self._settings().agent_type or "unconfigured"
 
     def _settings(self) -> Any:
-        from shep.settings import load_settings
+        from shep.home.settings import load_settings
 
         return load_settings(self.runtime.store())
 

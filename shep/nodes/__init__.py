@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from shep.agents import AgentExecutor
+from shep.home.settings import Settings
 from shep.nodes.agent import AgentNodes
 from shep.nodes.context import RunContext
 from shep.nodes.deterministic import deterministic_node
 from shep.nodes.human import gate_node, question_node
-from shep.settings import Settings
 from shep.workflows.base import (
     AgentStep,
     ApprovalGate,

@@ -44,8 +44,8 @@ from shep.agents import (
     embed_context,
 )
 from shep.agents.process import LAUNCHER, kill_group
+from shep.home.settings import Settings
 from shep.nodes.context import RunContext, iteration_of
-from shep.settings import Settings
 from shep.workflows.base import AgentStep, NodeFn, repository_tree, tools_for
 from shep.worktree import inside_worktree, read_inside
 

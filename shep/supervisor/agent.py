@@ -19,9 +19,9 @@ from pathlib import Path
 
 from shep.agents import AgentOptions, create_executor
 from shep.agents.process import output_limits
-from shep.identity import process_start
-from shep.secrets import load_token
-from shep.settings import Settings
+from shep.home.identity import process_start
+from shep.home.secrets import load_token
+from shep.home.settings import Settings
 
 #: The environment variable naming an evaluator's supervisor: ``<pid>/<process start>``.
 OWNER_ENV = "SHEP_SUPERVISOR_OWNER"

@@ -27,7 +27,7 @@ from events.supervisor import (
     SupervisorDecisionRefused,
     supervisor_stream_id,
 )
-from shep.runtime import Runtime
+from shep.home.runtime import Runtime
 
 
 def _resolve(runtime: Runtime, ref: str) -> tuple[str, str | None]:

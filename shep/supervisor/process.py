@@ -65,7 +65,7 @@ def supervisor_lock(home: Path, *, wait: bool = True) -> Iterator[bool]:
 
 
 def collaboration_on(store: EventStore) -> bool:
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     return load_settings(store).flags["collaboration"]
 

@@ -15,7 +15,7 @@ from commands.policies import covering, item_kind, load_policies
 from events.store import EventStore
 
 if TYPE_CHECKING:
-    from shep.runtime import Runtime
+    from shep.home.runtime import Runtime
 
 
 def log_path(home: Path) -> Path:
@@ -33,7 +33,7 @@ def covered(store: EventStore, item_ids: list[UUID]) -> bool:
 def cosign_label(store: EventStore, item_id: UUID) -> str | None:
     """The label of the cosign policy a gate needs the supervisor's signature under, if any
     (only while the flag is on)."""
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
 
     if not load_settings(store).flags["collaboration"]:
         return None
@@ -47,7 +47,7 @@ def cosign_label(store: EventStore, item_id: UUID) -> str | None:
 def start_if_covered(store: EventStore, home: Path, item_ids: list[UUID]) -> int | None:
     """Start ``shep supervisor run`` detached if the flag is on and a policy covers an item;
     its pid, or None."""
-    from shep.settings import load_settings
+    from shep.home.settings import load_settings
     from shep.worker import spawn_shep
 
     if not item_ids or not load_settings(store).flags["collaboration"]:

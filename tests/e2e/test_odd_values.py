@@ -36,7 +36,7 @@ def test_a_damaged_secrets_file_is_repaired_by_configuring_again(shep_home: Path
     secrets = shep_home / "secrets"
     secrets.write_text("{not json")
     secrets.chmod(0o600)
-    from shep.secrets import load_token, save_token
+    from shep.home.secrets import load_token, save_token
 
     save_token(shep_home, "claude-code", "sk-new")
     assert load_token(shep_home, "claude-code") == "sk-new"

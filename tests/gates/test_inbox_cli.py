@@ -30,7 +30,7 @@ from events.inbox import (
 )
 from events.runs import RunResumed
 from events.store import EventStore
-from shep.identity import host_name
+from shep.home.identity import host_name
 from tests.e2e.cli import shep
 from tests.gates.event_log import (
     assert_rebuild_equals_incremental,

@@ -20,8 +20,8 @@ from events.base import Event
 from events.inbox import ApprovalGranted, ApprovalRejected, QuestionAnswered
 from projections.catch_up import catch_up
 from projections.inbox_queries import list_inbox
-from shep.identity import user_actor
-from shep.runtime import Runtime
+from shep.home.identity import user_actor
+from shep.home.runtime import Runtime
 from tests.e2e.cli import shep
 from tests.runtime.conftest import agent_calls
 from tests.runtime.test_background_recovery import run_row, wait_for

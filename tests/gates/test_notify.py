@@ -29,11 +29,11 @@ from events.inbox import (
     notification_stream_id,
 )
 from events.store import EventStore
-from shep.identity import host_name
-from shep.notify import notify_new_items
+from shep.home.identity import host_name
+from shep.home.notify import notify_new_items
+from shep.home.secrets import save_token
+from shep.home.settings import load_settings
 from shep.recovery import pid_alive
-from shep.secrets import save_token
-from shep.settings import load_settings
 from tests.e2e.cli import shep
 
 TOKEN = "sk-test-NOTIFY-0123456789-never-leak"
@@ -428,7 +428,7 @@ def test_commands_name_shep_home_only_when_it_is_not_the_default(
 ) -> None:
     """With the store in ~/.shep the commands are plain `shep ...`; elsewhere SHEP_HOME is set."""
     from commands.inbox_state import load_item
-    from shep.notify import item_payload
+    from shep.home.notify import item_payload
 
     _, (_, gate_id) = suspended(store)
     item = load_item(store, gate_id)

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from events.postgres_url import where
-from shep.secrets import load_store_url
+from shep.home.secrets import load_store_url
 from tests.e2e.cli import shep
 from tests.postgres.test_migrate import (
     closed_port,

@@ -25,7 +25,7 @@ from commands.start_run import start_run
 from events.runs import HeartbeatRecorded, NodeCompleted, RunResumed, RunStarted
 from events.store import EventStore
 from projections.database import open_database
-from shep.identity import host_name, process_start
+from shep.home.identity import host_name, process_start
 from shep.recovery import find_orphans, pid_alive
 from tests.e2e.cli import shep
 from tests.runtime.conftest import agent_calls

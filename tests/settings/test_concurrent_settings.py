@@ -22,8 +22,8 @@ from events.errors import InvalidSettingError, ShepError
 from events.settings import SETTINGS_STREAM_ID, AgentConfigured, SettingChanged
 from events.store import EventStore
 from shep.agents import AGENT_SPECS
-from shep.secrets import load_token, save_token
-from shep.settings import load_settings
+from shep.home.secrets import load_token, save_token
+from shep.home.settings import load_settings
 
 PROCESSES = 8
 ROUNDS = 3

@@ -23,9 +23,9 @@ from commands.start_run import start_run
 from events.base import utc_now
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
-from shep.identity import host_name
+from shep.home.identity import host_name
+from shep.home.settings import load_settings
 from shep.recovery import orphan_after
-from shep.settings import load_settings
 from tests.e2e.cli import shep
 
 

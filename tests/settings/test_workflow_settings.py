@@ -32,7 +32,7 @@ from events.setting_values import (
 )
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
-from shep.settings import load_settings, read_setting_values
+from shep.home.settings import load_settings, read_setting_values
 from tests.e2e.cli import shep
 from tests.settings.test_setting_bounds import record_unchecked
 
@@ -445,7 +445,7 @@ def test_workflow_imports_no_heavy_module(shep_home: Path) -> None:
         "import sys\n"
         "from shep.cli import main\n"
         "try:\n    main(['settings', 'workflow', '--json'])\nexcept SystemExit:\n    pass\n"
-        "import events.setting_values, shep.settings\n"
+        "import events.setting_values, shep.home.settings\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('langgraph', 'prompt_toolkit'))\n"
         "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"

@@ -38,7 +38,7 @@ from events.inbox import (
 )
 from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade, SupervisorDecisionRefused
-from shep.identity import host_name, process_start
+from shep.home.identity import host_name, process_start
 from tests.feature.conftest import git
 
 Reply = str | BaseException | Callable[[str], str]

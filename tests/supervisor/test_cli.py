@@ -32,7 +32,7 @@ from events.features import TestsRan
 from events.inbox import ApprovalGranted, ApprovalVoted, QuestionAnswered, item_stream_id
 from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade
-from shep.identity import host_name, process_start
+from shep.home.identity import host_name, process_start
 from shep.supervisor.evaluate import Evaluator
 from shep.supervisor.process import Supervisor
 from tests.e2e.cli import shep

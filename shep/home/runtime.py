@@ -77,7 +77,7 @@ class Runtime:
         from pathlib import Path
 
         from events.errors import SecretsError
-        from shep.secrets import configured_store_url
+        from shep.home.secrets import configured_store_url
 
         home = home_from_env()
         try:
@@ -190,7 +190,7 @@ class Runtime:
             is None
         ):
             return []
-        from shep.identity import host_name
+        from shep.home.identity import host_name
         from shep.recovery import find_orphans, orphan_after
 
         orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))

@@ -40,8 +40,8 @@ from events.errors import ShepError
 from events.inbox import QuestionAsked
 from events.runs import RunCreated
 from events.store import EventStore
-from shep.secrets import load_token
-from shep.settings import Settings
+from shep.home.secrets import load_token
+from shep.home.settings import Settings
 
 #: How much of a failed command's stderr is recorded (its end, where the error usually is).
 STDERR_TAIL_CHARS = 500
