@@ -46,7 +46,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from commands.create_run import create_run  # noqa: E402
 from commands.start_run import start_run  # noqa: E402
 from events.store import EventStore  # noqa: E402
-from shep.checkpointer import EventStoreCheckpointSaver  # noqa: E402
+from shep.runs.checkpoints import EventStoreCheckpointSaver  # noqa: E402
 
 NODES = 16
 

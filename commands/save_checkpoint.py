@@ -1,7 +1,7 @@
 """Save a graph step: its checkpoint, its writes and the run events that go with it.
 
 The checkpointer numbers the batch from the stream's current version (see
-``shep.checkpointer``); this command checks the batch is one stream's next
+``shep.runs.checkpoints``); this command checks the batch is one stream's next
 contiguous versions and appends it in one transaction. A stale version is a
 ``ConcurrencyError``, on which the checkpointer renumbers and calls again.
 """

@@ -7,7 +7,7 @@ checkpoint of its state, in order. Other threads get a stream of their own
 
 Checkpoints and channel values are stored as the saver's serializer wrote
 them (``serde.dumps_typed``: a type tag and bytes), so this module needs no
-LangGraph import; only ``shep.checkpointer`` decodes them.
+LangGraph import; only ``shep.runs.checkpoints`` decodes them.
 
 The log is append-only, so deleting or pruning checkpoints is itself an event:
 the ``checkpoints`` projection drops the rows, and a rebuild replays the same

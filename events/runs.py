@@ -58,7 +58,7 @@ class RunCreated(Event, frozen=True, kw_only=True):
     fork_restore: str | None = None
     reapply_answers: bool = False
     #: The process that created the run and is about to start it: a pending run
-    #: whose creator is gone never started (see ``shep.recovery``).
+    #: whose creator is gone never started (see ``shep.runs.recovery``).
     pid: int | None = None
     host: str | None = None
     process_start: str | None = None

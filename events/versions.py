@@ -8,7 +8,7 @@ installed metadata (``importlib.metadata``) would scan ``sys.path`` on every
 store records it and ``events`` imports nothing of ours.
 
 Each stored event type has its own version (``Event.class_version``, see
-``events.catalog``); the checkpoint state's is in ``shep.checkpointer``.
+``events.catalog``); the checkpoint state's is in ``shep.runs.checkpoints``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The checkpoints projection: LangGraph checkpoints and pending writes, indexed for the saver.
 
-``shep.checkpointer.EventStoreCheckpointSaver`` reads these tables through the
+``shep.runs.checkpoints.EventStoreCheckpointSaver`` reads these tables through the
 queries at the end of this module (``get_``/``list_``, ``is_``/``has_``); the
 events in the thread streams are the truth. Rows are keyed by the thread's
 stream (hex), so a thread id that parses as a UUID and the same UUID spelled

@@ -520,7 +520,7 @@ def _cancel(store: EventStore, feature: Feature) -> list[str]:
     from events.errors import InvalidTransitionError
     from shep.cli.run import _local_worker
     from shep.home.identity import current_actor
-    from shep.worker import stop_worker
+    from shep.runs.workers import stop_worker
 
     before = feature.state
     try:

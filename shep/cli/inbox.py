@@ -213,8 +213,8 @@ def record_approval(
     vote: the gate stays open and the supervisor is started to sign (or not).
     """
     from commands.approve_item import approve_item
+    from shep.runs.workers import spawn_shep
     from shep.supervisor.start import cosign_label, log_path
-    from shep.worker import spawn_shep
 
     store = runtime.store()
     item_id = UUID(item["item_id"])

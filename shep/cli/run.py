@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from commands.run_state import RunState
     from events.runs import RunStatus
     from events.store import EventStore
-    from shep.runner import Runner
+    from shep.runs.runner import Runner
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -192,7 +192,7 @@ def cancel(runtime: Runtime, run_ref: str, grace: float) -> None:
     from events.audit import run_in_log
     from events.runs import RunStatus
     from shep.home.identity import current_actor
-    from shep.worker import stop_worker
+    from shep.runs.workers import stop_worker
 
     run_id = UUID(run_in_log(runtime.read_db(), run_ref))  # its state is read from the log
     store = runtime.store()
@@ -216,7 +216,7 @@ def _ride_out_outages(runtime: Runtime, store: EventStore) -> None:
     recorded once the server is back. Past the window other hosts take the run
     for interrupted, so the worker gives up and stops rather than write after that.
     """
-    from shep.recovery import orphan_after
+    from shep.runs.recovery import orphan_after
 
     store.retry_for = orphan_after(runtime.read_db())
 
@@ -246,9 +246,9 @@ def await_decision(runtime: Runtime, run_id: str, every: float) -> None:
     On a shared store a person may answer from any machine, but the run goes
     on where its repository is. Its worker starts this waiter when it suspends
     the run; the waiter ends once the run is resumed, ends, or leaves this host,
-    and rides out a lost server meanwhile (see ``shep.inbox_watch``).
+    and rides out a lost server meanwhile (see ``shep.runs.inbox_watch``).
     """
-    from shep.inbox_watch import wait_for_decision
+    from shep.runs.inbox_watch import wait_for_decision
 
     def say(message: str) -> None:
         click.echo(f"shep: waiter {os.getpid()}: {message}", err=True)
@@ -344,7 +344,7 @@ def _resume(
         raise InvalidTransitionError(run_id.hex, state.status.value, "resume it")
     # No worker of this run is left here; an agent a killed worker started may be, still
     # writing into the repository: it must not outlive its worker.
-    from shep.worker import stop_worker
+    from shep.runs.workers import stop_worker
 
     if not taken_over:
         for line in stop_worker(None, None, run_id, grace=5.0):
@@ -382,7 +382,7 @@ def _take_over(runtime: Runtime, state: RunState, *, force: bool) -> RunState:
     from events.errors import InvalidTransitionError, WorkerFencedError
     from events.runs import RunStatus
     from shep.home.identity import current_actor, host_name
-    from shep.worker import stop_worker
+    from shep.runs.workers import stop_worker
 
     short = state.run_id.hex[:8]
     if not force:
@@ -427,7 +427,7 @@ def launch(
         from commands.resume_run import resume_run
         from commands.start_run import start_run
         from shep.home.identity import host_name, process_start
-        from shep.worker import log_path, spawn_worker
+        from shep.runs.workers import log_path, spawn_worker
 
         try:
             pid = spawn_worker(runtime.home, run_id, resume=resume, timeout=timeout)
@@ -485,8 +485,8 @@ def execute_run(
     from commands.start_run import start_run
     from shep.home.identity import host_name, process_start
     from shep.home.settings import load_settings
-    from shep.runner import Runner
-    from shep.worker import wait_until_assigned
+    from shep.runs.runner import Runner
+    from shep.runs.workers import wait_until_assigned
 
     store = runtime.store()
     if store.shared:
@@ -566,7 +566,7 @@ def _report(
         runtime.check_inbox(notice=False)
         if runtime.shared and run_id.hex not in runtime.resumed:
             # A decision may come from another machine: wait for it here, where the run goes on.
-            from shep.worker import log_path, spawn_shep
+            from shep.runs.workers import log_path, spawn_shep
 
             spawn_shep(runtime.home, ["_await", run_id.hex], log_path(runtime.home, run_id))
         return

@@ -79,7 +79,7 @@ def _node(run: dict[str, Any]) -> str:
 def _stale_after(conn: Any, runs: list[dict[str, Any]]) -> float | None:
     if not any(r["status"] == RunStatus.RUNNING for r in runs):
         return None
-    from shep.recovery import orphan_after
+    from shep.runs.recovery import orphan_after
 
     return orphan_after(conn)
 

@@ -191,7 +191,7 @@ class Runtime:
         ):
             return []
         from shep.home.identity import host_name
-        from shep.recovery import find_orphans, orphan_after
+        from shep.runs.recovery import find_orphans, orphan_after
 
         orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
         if not orphans:
@@ -224,11 +224,11 @@ class Runtime:
     def check_inbox(self, *, notice: bool = True) -> int:
         """Apply due deadlines, resume runs whose decision nobody acted on, say what waits.
 
-        See ``shep.inbox_watch``; one indexed count when the inbox is empty.
+        See ``shep.runs.inbox_watch``; one indexed count when the inbox is empty.
         """
         if not self.has_store():
             return 0
-        from shep.inbox_watch import watch_inbox
+        from shep.runs.inbox_watch import watch_inbox
 
         return watch_inbox(self, self.read_db(), notice=notice)
 

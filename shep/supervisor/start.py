@@ -48,7 +48,7 @@ def start_if_covered(store: EventStore, home: Path, item_ids: list[UUID]) -> int
     """Start ``shep supervisor run`` detached if the flag is on and a policy covers an item;
     its pid, or None."""
     from shep.home.settings import load_settings
-    from shep.worker import spawn_shep
+    from shep.runs.workers import spawn_shep
 
     if not item_ids or not load_settings(store).flags["collaboration"]:
         return None

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from commands.record_node import record_node_started
 from events.store import EventStore
-from shep.checkpointer import EventStoreCheckpointSaver
+from shep.runs.checkpoints import EventStoreCheckpointSaver
 from tests.checkpointer.graphs import linear_graph, node_completed
 
 CRASH_AT = "implement"

@@ -14,7 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 from commands.run_state import RunState, next_events
 from events.base import Event
 from events.runs import NodeCompleted, RunStatus
-from shep.checkpointer import OutboxBuilder
+from shep.runs.checkpoints import OutboxBuilder
 
 NODES = ("scan", "plan", "implement", "report")
 

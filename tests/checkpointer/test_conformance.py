@@ -19,7 +19,7 @@ from langgraph.checkpoint.conformance.capabilities import (
 
 from events.store import EventStore
 from projections.mirror import register
-from shep.checkpointer import EventStoreCheckpointSaver
+from shep.runs.checkpoints import EventStoreCheckpointSaver
 
 IMPLEMENTED_EXTENDED = {"delete_for_runs", "copy_thread", "prune"}
 

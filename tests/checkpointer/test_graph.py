@@ -20,7 +20,7 @@ from events.base import Event
 from events.checkpoints import CheckpointSaved, WritesSaved
 from events.runs import NodeCompleted, NodeStarted
 from events.store import EventStore
-from shep.checkpointer import EventStoreCheckpointSaver
+from shep.runs.checkpoints import EventStoreCheckpointSaver
 from tests.checkpointer import crashing_worker
 from tests.checkpointer.graphs import NODES, linear_graph, node_completed
 

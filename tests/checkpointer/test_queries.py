@@ -25,7 +25,7 @@ from projections.checkpoints import (
     list_writes,
 )
 from projections.database import open_database
-from shep.checkpointer import EventStoreCheckpointSaver, thread_stream_id
+from shep.runs.checkpoints import EventStoreCheckpointSaver, thread_stream_id
 
 THREAD = "chat-1"
 STREAM = thread_stream_id(THREAD).hex

@@ -16,7 +16,7 @@ from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
 from projections.checkpoints import CHECKPOINTS
 from projections.database import lag, open_database
-from shep.checkpointer import EventStoreCheckpointSaver
+from shep.runs.checkpoints import EventStoreCheckpointSaver
 from tests.checkpointer.graphs import NODES, linear_graph
 
 

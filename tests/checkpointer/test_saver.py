@@ -22,7 +22,7 @@ from events.base import SHEP_NAMESPACE, Event, utc_now
 from events.checkpoints import CheckpointSaved, ThreadDeleted, ThreadPruned, WritesSaved
 from events.runs import NodeCompleted
 from events.store import EventStore
-from shep.checkpointer import EventStoreCheckpointSaver, thread_stream_id
+from shep.runs.checkpoints import EventStoreCheckpointSaver, thread_stream_id
 from tests.checkpointer.graphs import node_completed
 
 
@@ -259,7 +259,7 @@ def test_a_checkpoint_records_its_state_version_and_hands_back_langgraphs_metada
 ) -> None:
     """Each saved checkpoint's stored metadata carries the state version it was written in;
     what LangGraph gets back (and filters on) is its own metadata, without it."""
-    from shep.checkpointer import CHECKPOINT_STATE_VERSION, STATE_VERSION_KEY
+    from shep.runs.checkpoints import CHECKPOINT_STATE_VERSION, STATE_VERSION_KEY
 
     config = put(saver, "versioned")
     (saved,) = store.load(thread_stream_id("versioned"), types=[CheckpointSaved])
@@ -284,7 +284,7 @@ def test_a_checkpoint_of_a_newer_state_version_is_refused(
     it is refused with one line saying so."""
     from events.errors import StoreTooNewError
     from events.versions import SHEP_VERSION
-    from shep.checkpointer import STATE_VERSION_KEY
+    from shep.runs.checkpoints import STATE_VERSION_KEY
 
     checkpoint = empty_checkpoint()
     ctype, cbytes = saver.serde.dumps_typed(checkpoint)

@@ -1,7 +1,7 @@
 """The test's event log, read straight from the store's file: no side effects.
 
 Every ``shep`` command applies due deadlines and resumes stranded runs before
-its own work (``shep.inbox_watch``). The gate tests must choose when that
+its own work (``shep.runs.inbox_watch``). The gate tests must choose when that
 happens, so they poll the log with these reads instead of with ``shep``.
 Statuses come from the write side's own fold (``commands.run_state.fold``).
 """

@@ -20,7 +20,7 @@ from events.inbox import (
     QuestionAsked,
 )
 from events.runs import NodeCompleted
-from shep.inbox_watch import DEADLINE_ACTOR
+from shep.runs.inbox_watch import DEADLINE_ACTOR
 from tests.e2e.cli import shep
 from tests.gates.event_log import (
     assert_rebuild_equals_incremental,

@@ -34,7 +34,7 @@ REPETITIONS = 50
 
 RACER = """
 import os, sys, time
-import shep.cli, shep.cli.inbox, shep.cli.run, shep.inbox_watch
+import shep.cli, shep.cli.inbox, shep.cli.run, shep.runs.inbox_watch
 import commands.answer_question, commands.approve_item, commands.reject_item
 import projections.inbox_queries, projections.catch_up, events.store
 import commands.inbox_state as inbox_state

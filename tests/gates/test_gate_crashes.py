@@ -3,7 +3,7 @@
 How each window is hit, deterministically, with no hook in shep's code:
 
 - between the interrupt and the status change: the worker is a foreground
-  ``shep run`` whose process replaces ``shep.runner.suspend_run`` with a
+  ``shep run`` whose process replaces ``shep.runs.runner.suspend_run`` with a
   SIGKILL of itself. The graph's interrupt and its checkpoint writes are
   saved by the real checkpointer; the process dies exactly where
   ``suspend_run`` would record the item and ``RunSuspended``.
@@ -38,7 +38,7 @@ from events.runs import (
     RunResumed,
     RunSuspended,
 )
-from shep.recovery import pid_alive
+from shep.runs.recovery import pid_alive
 from tests.e2e.cli import shep
 from tests.gates.event_log import (
     assert_rebuild_equals_incremental,
@@ -121,7 +121,9 @@ def test_killed_between_interrupt_and_suspend(
     resume` asks the question (once), draft is not re-run, and the answer given then is
     the one the run goes on with, to completion.
     """
-    killed = _shep_killed_at("shep.runner.suspend_run", "run", "gated-review", "--repo", str(repo))
+    killed = _shep_killed_at(
+        "shep.runs.runner.suspend_run", "run", "gated-review", "--repo", str(repo)
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     events = read_events(shep_home)
     [run_id] = {e.originator_id.hex for e in events if isinstance(e, NodeCompleted)}
@@ -296,7 +298,7 @@ def test_resumed_worker_killed_between_gate_interrupt_and_suspend(
     run_id = _start(repo)
     [question] = wait_for_waiting(shep_home, run_id, 1)
     killed = _shep_killed_at(
-        "shep.runner.suspend_run",
+        "shep.runs.runner.suspend_run",
         "answer",
         question.originator_id.hex,
         "--option",

@@ -137,13 +137,13 @@ def test_answers_given_at_the_same_moment_both_take_effect(
 #: terminal answer ``sys.argv[1]`` (a real `shep answer`, which finds the run running).
 ANSWERED_WHILE_SUSPENDING = """
 import subprocess, sys
-import shep.runner
-real = shep.runner.suspend_run
+import shep.runs.runner
+real = shep.runs.runner.suspend_run
 def suspend_run(*args, **kwargs):
     subprocess.run([sys.executable, "-m", "shep", "answer", sys.argv[1], "--option", "x"],
                    check=True, stdin=subprocess.DEVNULL)
     return real(*args, **kwargs)
-shep.runner.suspend_run = suspend_run
+shep.runs.runner.suspend_run = suspend_run
 import shep.cli
 shep.cli.main(sys.argv[2:])
 """

@@ -25,7 +25,7 @@ from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
 from shep.home.identity import host_name
 from shep.home.settings import load_settings
-from shep.recovery import orphan_after
+from shep.runs.recovery import orphan_after
 from tests.e2e.cli import shep
 
 

@@ -29,7 +29,7 @@ from events.errors import WorkerNotAssignedError
 from events.runs import RunStatus
 from events.store import EventStore
 from shep.home.identity import process_start
-from shep.recovery import worker_alive
+from shep.runs.recovery import worker_alive
 
 
 def log_path(home: Path, run_id: UUID) -> Path:

@@ -176,7 +176,7 @@ def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> b
     from projections.catch_up import catch_up
     from projections.mirror import forget_offline, pull, url_of
     from projections.queries import get_run
-    from shep.recovery import orphan_after
+    from shep.runs.recovery import orphan_after
 
     conn = runtime.read_db(catch_up=False)
     url = url_of(conn)

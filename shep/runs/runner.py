@@ -2,7 +2,7 @@
 its end, to a pause for people, or to a failure, and record which.
 
 The runner is where a workflow meets the event store. What each kind of node
-does lives in ``shep.nodes``; the heartbeat in ``shep.heartbeat``. Here:
+does lives in ``shep.nodes``; the heartbeat in ``shep.runs.heartbeat``. Here:
 
 - the graph is compiled with the event-store checkpointer, fenced with the
   worker's ``epoch``: once the run has a newer owner (it was interrupted and
@@ -50,13 +50,13 @@ from events.runs import NodeStarted, RunStatus, RunSuspended
 from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
 from shep.agents.process import output_limits
-from shep.heartbeat import Heartbeat
 from shep.home.identity import host_name
 from shep.home.secrets import load_token
 from shep.home.settings import Settings
 from shep.nodes import RunKit
 from shep.nodes.context import RunContext, RunPlan
 from shep.progress import Progress
+from shep.runs.heartbeat import Heartbeat
 
 __all__ = ["RunPlan", "Runner", "WorkerStopped"]
 
@@ -130,7 +130,7 @@ class Runner:
         ``start_run`` / ``resume_run`` returned). If another owner takes it
         over, or it is cancelled, this returns its status without recording.
         """
-        from shep.checkpointer import EventStoreCheckpointSaver
+        from shep.runs.checkpoints import EventStoreCheckpointSaver
 
         self.epoch = epoch
         ctx = RunContext(self.store, self.plan, epoch, self.progress)
