@@ -84,7 +84,7 @@ def new(
     --background), and says what to do next.
     """
     from shep.cli.run import _check_binary, launch
-    from shep.feature import (
+    from shep.features.start import (
         create_feature_run,
         discard_worktree,
         make_worktree,

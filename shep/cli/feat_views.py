@@ -2,7 +2,7 @@
 
 ``ls`` and ``show`` read the features projection (``show`` also the run's own
 stream, for per-node timings and snapshots). ``rm`` and ``gc`` remove worktrees
-as ``shep.feature_removal`` decides, on the run's stream, never on the
+as ``shep.features.removal`` decides, on the run's stream, never on the
 projection. Anything they will not do without ``--force`` is refused in one
 line before anything changes.
 """
@@ -41,7 +41,7 @@ from events.features import (
 from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, RunStatus
 from events.words import counted
 from shep.cli.render import age, short_id, table
-from shep.feature_removal import Feature, carry_out, disk_usage, load_feature, plan_removal
+from shep.features.removal import Feature, carry_out, disk_usage, load_feature, plan_removal
 from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -511,7 +511,7 @@ def _cost(cost: float | None) -> str:
     return f"${cost:.4f}" if cost is not None else "-"
 
 
-# -- rm and gc: the removal is decided and carried out in shep.feature_removal ----------------
+# -- rm and gc: the removal is decided and carried out in shep.features.removal ----------------
 
 
 def _cancel(store: EventStore, feature: Feature) -> list[str]:
@@ -605,7 +605,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
     vanished without shep removing them.
     """
     from projections.feature_queries import list_features
-    from shep.feature import worktrees_root
+    from shep.features.start import worktrees_root
 
     threshold = parse_duration(older_than)
     now = datetime.now(UTC)
@@ -677,7 +677,7 @@ def _leftovers(
     """Remove (or list) the leftovers of runs never created; ``count`` and ``freed`` (the
     worktrees and bytes so far) with theirs added.
     """
-    from shep.feature_removal import leftovers, remove_leftover
+    from shep.features.removal import leftovers, remove_leftover
 
     known = {os.path.realpath(f["worktree"]) for f in features}
     for leftover in leftovers(runtime.home, known):
@@ -718,7 +718,7 @@ def _report_vanished(features: list[dict[str, Any]], handled: set[str]) -> None:
 def _report_orphans(root: Path, features: list[dict[str, Any]]) -> None:
     """Directories under ``root/<repo key>/`` that no feature's worktree is (a leftover's
     note, and a leftover being made, are not: see ``_leftovers``)."""
-    from shep.feature import MAKING_SUFFIX, making_note
+    from shep.features.start import MAKING_SUFFIX, making_note
 
     if not root.is_dir():
         return

@@ -116,7 +116,7 @@ def fork(
         _exists(origin, new_id, fork_key)
         return
     if made is not None:
-        from shep.feature import settle_worktree
+        from shep.features.start import settle_worktree
 
         settle_worktree(made)
     click.echo(
@@ -141,7 +141,7 @@ def _exists(origin: UUID, fork: UUID, key: str | None) -> None:
 
 def _discard(made: Any) -> None:
     if made is not None:
-        from shep.feature import discard_worktree
+        from shep.features.start import discard_worktree
 
         discard_worktree(made)
 
@@ -160,7 +160,7 @@ def _fork_worktree(
     from events.features import TaskCompleted
     from events.runs import NodeCompleted
     from shep import git
-    from shep.feature import discard_worktree, make_worktree, plan_feature
+    from shep.features.start import discard_worktree, make_worktree, plan_feature
     from shep.git_runner import Checkout
     from shep.home.settings import load_settings
 

@@ -1,6 +1,6 @@
 """feature and feature-fast: from a one-sentence description to merged code, in its own worktree.
 
-``shep feat new`` makes the branch and the worktree (``shep.feature``), then
+``shep feat new`` makes the branch and the worktree (``shep.features.start``), then
 runs one of these graphs with the worktree as the run's repository:
 
 - **feature**: setup -> analyze -> requirements (-> clarify, one inbox
@@ -415,7 +415,7 @@ def _build_fast(kit: NodeKit) -> Any:
 
 FULL_STEPS = (*_FULL_HEAD, TESTS, _merge_gate("revise"), MERGE, CONFLICT, RESOLVE)
 FAST_STEPS = (SETUP, FAST, TESTS, _merge_gate("fast"), MERGE, CONFLICT, RESOLVE)
-#: The inputs `shep feat new` records (see ``shep.feature``).
+#: The inputs `shep feat new` records (see ``shep.features.start``).
 INPUTS: Mapping[str, str] = {
     "description": "what the feature is, in a sentence or more",
     "source_repo": "the user's repository",

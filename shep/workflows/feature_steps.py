@@ -471,7 +471,7 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     and not made again; no other commit counts, whatever its message says.
     """
     from shep import git, git_merge
-    from shep.feature import SHEP_OUTPUTS
+    from shep.features.start import SHEP_OUTPUTS
 
     inputs = io.inputs
     source = Path(inputs["source_repo"])

@@ -1,7 +1,7 @@
 """`shep feat ls`, `show`, `rm` and `gc`, and the features projection they read.
 
 Histories are written with the real commands into a real store; features that
-rm and gc work on have real branches and worktrees (``shep.feature`` makes
+rm and gc work on have real branches and worktrees (``shep.features.start`` makes
 them in a repository made with git in ``tmp_path``). The CLI runs in-process
 through ``shep.cli.main``, so errors go through the one error edge users meet.
 """
@@ -52,7 +52,7 @@ from projections.features import FEATURE_WORKFLOWS
 from shep import git as sgit
 from shep.cli import main
 from shep.cli.feat_views import DurationError, human_size, parse_duration
-from shep.feature import FeaturePlan, create_feature_run, make_worktree, plan_feature
+from shep.features.start import FeaturePlan, create_feature_run, make_worktree, plan_feature
 from shep.git_merge import advance_base, prepare_squash
 from shep.home.identity import host_name, process_start
 from tests.feature.conftest import git

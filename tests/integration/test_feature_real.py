@@ -27,7 +27,7 @@ from events.features import FeatureMerged, WorktreeCreated, WorktreeRemoved
 from events.runs import NodeCompleted
 from events.setting_values import SETTINGS
 from events.store import EventStore
-from shep.feature import plan_feature
+from shep.features.start import plan_feature
 from shep.runs.recovery import pid_alive
 from tests.fakellm import FakeLLM
 from tests.integration.clis import TOKEN, CliSetup

@@ -6,7 +6,7 @@ The decision reads the run's stream, never the features projection. Anything
 the branch shep made, once merged) and ``WorktreeRemoved`` records it.
 
 ``gc`` also removes leftovers: a branch and worktree made for a run that was never
-created (``leftovers``, from the notes ``shep.feature.make_worktree`` writes).
+created (``leftovers``, from the notes ``shep.features.start.make_worktree`` writes).
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def _allocated(st: os.stat_result) -> int:
 @dataclass(frozen=True)
 class Leftover:
     """A branch and worktree ``shep feat new`` or ``shep fork`` made for a run it never
-    created (it was killed in between), as its note says (``shep.feature.making_note``).
+    created (it was killed in between), as its note says (``shep.features.start.making_note``).
     """
 
     note: Path
@@ -265,7 +265,7 @@ def leftovers(home: Path, known_worktrees: set[str]) -> list[Leftover]:
     note of a maker still running is left alone. ``known_worktrees``: the real paths of
     every feature's worktree.
     """
-    from shep.feature import MAKING_SUFFIX, worktrees_root
+    from shep.features.start import MAKING_SUFFIX, worktrees_root
     from shep.runs.recovery import worker_alive
 
     found: list[Leftover] = []

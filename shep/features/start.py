@@ -10,7 +10,7 @@ A process killed between making the worktree and creating its run (``feat new``,
 ``fork``) leaves a branch and a worktree no run knows. So a small note is written
 before they are made and deleted once the run exists (``settle_worktree``): a note
 whose writer is gone names a leftover, which ``shep feat gc`` reports and removes
-(``shep.feature_removal.leftovers``).
+(``shep.features.removal.leftovers``).
 """
 
 from __future__ import annotations
