@@ -152,8 +152,8 @@ def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
 
 def bench(quick: bool) -> dict[str, float]:
     """Export and verify rates on a log of 1M events (100k quick), and the export's memory."""
-    from shep.audit_export import ExportFilter, write_jsonl
-    from shep.audit_verify import verify_export
+    from shep.audit.export import ExportFilter, write_jsonl
+    from shep.audit.verify_export import verify_export
 
     size = 100_000 if quick else 1_000_000
     with tempfile.TemporaryDirectory(prefix="shep-bench-audit-") as tmp:

@@ -22,7 +22,7 @@ from shep.cli.render import events_verify
 from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
-    from shep.audit_export import ExportFilter
+    from shep.audit.export import ExportFilter
 
 T = TypeVar("T")
 FORMATS = ("jsonl", "csv", "otlp-json", "bundle")
@@ -153,8 +153,8 @@ def _anchor_matches(position: int, expected: bytes, found: bytes | None) -> str:
 
 
 def _verify_export(path: Path, anchor_position: int | None, anchor_hash: bytes) -> None:
-    from shep.audit_export import ExportFileError, MissingFileError
-    from shep.audit_verify import verify_export
+    from shep.audit.export import ExportFileError, MissingFileError
+    from shep.audit.verify_export import verify_export
 
     try:
         report = verify_export(path, anchor_position=anchor_position)
@@ -187,8 +187,8 @@ class BundleInvalidError(ChainBrokenError):
 
 def _verify_bundle(path: Path) -> None:
     # Written by the bundle's own module; imported only here (it may pull in more).
-    from shep.audit_bundle import verify_bundle
-    from shep.audit_export import MissingFileError
+    from shep.audit.bundle import verify_bundle
+    from shep.audit.export import MissingFileError
 
     if not path.is_file():  # a name that names nothing is bad input, not tampering
         raise MissingFileError(f"No bundle at {path}.")
@@ -256,7 +256,7 @@ def export(
     head hash: `shep audit verify --export FILE` checks it anywhere, offline.
     Writes to stdout unless --output is given.
     """
-    from shep.audit_export import ExportFilter, parse_since
+    from shep.audit.export import ExportFilter, parse_since
 
     if fmt not in FORMATS:
         raise _option_error(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}.")
@@ -296,13 +296,13 @@ def _export(
 
 def _export_stream(db: Path, flt: ExportFilter, fmt: str, target: Path | None) -> int:
     """Write a streamed format to ``target`` (atomically) or stdout; the number of events."""
-    from shep.audit_export import write_csv, write_jsonl
+    from shep.audit.export import write_csv, write_jsonl
 
     def write_to(out: BinaryIO) -> int:
         if fmt == "jsonl":
             return write_jsonl(db, flt, out).count
         if fmt == "otlp-json":
-            from shep.audit_otlp import write_otlp
+            from shep.audit.otlp import write_otlp
 
             return int(write_otlp(db, flt, out))
         text = io.TextIOWrapper(out, encoding="utf-8", newline="")
@@ -322,7 +322,7 @@ def _export_stream(db: Path, flt: ExportFilter, fmt: str, target: Path | None) -
 
 
 def _export_bundle(db: Path, flt: ExportFilter, target: Path, sign_key: Path | None) -> None:
-    from shep.audit_bundle import write_bundle
+    from shep.audit.bundle import write_bundle
 
     if sign_key is not None and not sign_key.is_file():
         raise _option_error(f"--sign-key {sign_key}: no such file.")
@@ -354,7 +354,7 @@ def _replacing(target: Path) -> Iterator[Path]:
     rename is atomic; same name, for writers that look at it): a failed or
     interrupted export leaves ``target`` as it was, never half a file.
     """
-    from shep.audit_export import ExportFileError
+    from shep.audit.export import ExportFileError
 
     try:
         workdir = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
@@ -371,7 +371,7 @@ def _replacing(target: Path) -> Iterator[Path]:
 
 
 def _option_error(message: str) -> ShepError:
-    from shep.audit_export import ExportFilterError
+    from shep.audit.export import ExportFilterError
 
     return ExportFilterError(message)
 

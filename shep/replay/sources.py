@@ -41,7 +41,7 @@ from shep.replay.state import decode_typed
 if TYPE_CHECKING:
     import apsw
 
-    from shep.audit_bundle import BundleReport
+    from shep.audit.bundle import BundleReport
 
 #: Told the report of a bundle that verified, before anything of it is shown.
 OnVerified = Callable[["BundleReport"], None]
@@ -221,7 +221,7 @@ def resolve_run(conn: apsw.Connection, run_ref: str) -> UUID:
 
 
 class _Line(msgspec.Struct):
-    """The fields of an export line a replay needs (see shep/audit_export.py)."""
+    """The fields of an export line a replay needs (see shep/audit/export.py)."""
 
     type: str
     position: int = 0
@@ -277,7 +277,7 @@ def read_bundle(
     from binascii import a2b_base64
     from pathlib import Path
 
-    from shep.audit_bundle import verify_bundle
+    from shep.audit.bundle import verify_bundle
 
     name = os.fspath(path)
     _check_is_bundle(name)

@@ -19,7 +19,7 @@ import pytest
 from freezegun import freeze_time
 
 from events.store import EventStore
-from shep.audit_bundle import (
+from shep.audit.bundle import (
     EXPORT_MEMBER,
     MANIFEST_MEMBER,
     PAYLOAD_TYPE,
@@ -33,7 +33,7 @@ from shep.audit_bundle import (
     verify_bundle,
     write_bundle,
 )
-from shep.audit_export import ExportFilter
+from shep.audit.export import ExportFilter
 from tests.audit.test_otlp import MERGE_COMMIT, History, build_history
 
 needs_ssh = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")

@@ -32,7 +32,7 @@ from events.audit import open_log, verify_chain
 from events.chain import GENESIS_HASH, chain_hash
 from events.errors import AmbiguousRunIdError, RunNotFoundError
 from events.store import EventStore
-from shep.audit_export import (
+from shep.audit.export import (
     CSV_COLUMNS,
     FORMAT,
     ExportFilter,
@@ -43,7 +43,7 @@ from shep.audit_export import (
     write_csv,
     write_jsonl,
 )
-from shep.audit_verify import verify_export
+from shep.audit.verify_export import verify_export
 from shep.cli import main
 from tests.e2e.cli import shep
 from tests.gates.store_items import ask_on_new_run, gate, question
@@ -390,7 +390,7 @@ def test_csv_has_fixed_columns_rfc4180_quoting_and_no_formulas(
 
 def test_csv_neutralizes_tabs_and_carriage_returns() -> None:
     """The OWASP list: = + - @ tab CR (a leading tab or CR can hide a formula)."""
-    from shep.audit_export import _cell
+    from shep.audit.export import _cell
 
     assert [_cell(v) for v in ("=1", "+1", "-1", "@a", "\tx", "\rx", "a=1", None, 3)] == [
         "'=1",
@@ -562,7 +562,7 @@ def test_a_failed_export_leaves_the_old_file_and_no_half_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An export that fails midway (the disk fills after a first chunk) replaces nothing."""
-    import shep.audit_export as audit_export
+    import shep.audit.export as audit_export
 
     target = tmp_path / "audit.jsonl"
     target.write_text("the previous export\n")
@@ -676,8 +676,8 @@ def test_secrets_never_appear_in_any_export(
 
 def test_otlp_and_bundle_formats_go_through_the_cli(decided: Decided, tmp_path: Path) -> None:
     """--format otlp-json and bundle reach their writers; a bundle verifies with --bundle."""
-    pytest.importorskip("shep.audit_otlp")
-    pytest.importorskip("shep.audit_bundle")
+    pytest.importorskip("shep.audit.otlp")
+    pytest.importorskip("shep.audit.bundle")
     traced = tmp_path / "trace.jsonl"
     done = shep("audit", "export", "--format", "otlp-json", "--output", str(traced), check=True)
     assert done.stdout.startswith("Exported ")

@@ -39,8 +39,8 @@ from events.features import FeatureMerged, WorktreeRemoved
 from events.inbox import QuestionOption, item_stream_id
 from events.runs import RunForked, Usage
 from events.store import EventStore
-from shep.audit_export import ExportFilter
-from shep.audit_otlp import (
+from shep.audit.export import ExportFilter
+from shep.audit.otlp import (
     SCHEMA_URL,
     SEMCONV_VERSION,
     node_span_id,

@@ -40,8 +40,8 @@ from events.store import EventStore
 from events.supervisor import RuleResult, supervisor_stream_id
 from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
-from shep.audit_export import CSV_COLUMNS, canonical
-from shep.audit_verify import verify_export
+from shep.audit.export import CSV_COLUMNS, canonical
+from shep.audit.verify_export import verify_export
 from tests.e2e.cli import shep
 from tests.gates.store_items import ask_on_new_run, gate, question
 

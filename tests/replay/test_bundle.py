@@ -8,8 +8,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from shep.audit_bundle import write_bundle
-from shep.audit_export import ExportFilter
+from shep.audit.bundle import write_bundle
+from shep.audit.export import ExportFilter
 from tests.e2e.cli import shep
 from tests.replay.conftest import Recorded
 

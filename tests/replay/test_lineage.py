@@ -16,8 +16,8 @@ import pytest
 from events.base import utc_now
 from events.runs import RunCreated, RunForked
 from events.store import EventStore
-from shep.audit_bundle import write_bundle
-from shep.audit_export import ExportFilter
+from shep.audit.bundle import write_bundle
+from shep.audit.export import ExportFilter
 from tests.e2e.cli import shep
 
 ORIGIN = UUID("aaaaaaaa-0000-4000-8000-000000000001")

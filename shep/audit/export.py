@@ -23,8 +23,8 @@ ensure_ascii=False)`` writes) and a newline.
    reordered or an edited file is detected even where no hash links two lines.
 
 The export reads one snapshot of the store (a single read transaction) and
-streams it: memory stays flat whatever the size of the log. ``shep.audit_verify``
-checks an export offline (``shep.audit_verify.verify_export``).
+streams it: memory stays flat whatever the size of the log. ``shep.audit.verify_export``
+checks an export offline (``shep.audit.verify_export.verify_export``).
 """
 
 from __future__ import annotations

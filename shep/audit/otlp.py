@@ -44,7 +44,7 @@ from shep import __version__
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from shep.audit_export import ExportFilter
+    from shep.audit.export import ExportFilter
 
 #: The OpenTelemetry semantic-conventions release the attributes follow (GenAI agent spans:
 #: ``gen_ai.provider.name``, as renamed from ``gen_ai.system`` in this release).
@@ -106,7 +106,7 @@ def write_otlp(
     limits the output to traces or logs (one signal per file, as the file
     exporter spec asks).
     """
-    from shep.audit_export import iter_export
+    from shep.audit.export import iter_export
 
     return write_otlp_records(iter_export(db_path, flt), out, signals=signals)
 
@@ -593,7 +593,7 @@ class _OtlpWriter:
 def _details(event: Mapping[str, Any]) -> dict[str, object]:
     """A decision's ``DETAIL_FIELDS`` (the supervisor's evidence, overrides, cosigning, who
     decided first) as ``shep.decision.*`` attributes; ``rules`` as canonical JSON text."""
-    from shep.audit_export import DETAIL_FIELDS, canonical
+    from shep.audit.export import DETAIL_FIELDS, canonical
 
     details: dict[str, object] = {}
     for key in DETAIL_FIELDS:

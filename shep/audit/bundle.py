@@ -2,7 +2,7 @@
 
 Members (in this order, which is sorted order):
 
-- ``export.jsonl``: the export (``shep.audit_export.write_jsonl``), which verifies on
+- ``export.jsonl``: the export (``shep.audit.export.write_jsonl``), which verifies on
   its own, line by line;
 - ``manifest.sha256``: ``sha256sum`` lines for every other member;
 - ``signer.pub``: the OpenSSH public key that signed, when signed;
@@ -35,8 +35,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
 from events.errors import ShepError
-from shep.audit_export import ExportFileError, ExportFilter, canonical, write_jsonl
-from shep.audit_verify import verify_export
+from shep.audit.export import ExportFileError, ExportFilter, canonical, write_jsonl
+from shep.audit.verify_export import verify_export
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

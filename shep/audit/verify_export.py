@@ -1,6 +1,6 @@
 """``shep audit verify --export``: an audit export checked offline, without any database.
 
-The format is ``shep-audit-export/1``, as ``shep.audit_export`` writes it (its
+The format is ``shep-audit-export/1``, as ``shep.audit.export`` writes it (its
 docstring describes the lines); the audit fields of questions, gates and
 decisions are recomputed with the functions that write them. A problem names
 the line, the byte offset where it starts, and the log position of its event.
@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from events.chain import chain_hash
 from events.words import counted
-from shep.audit_export import (
+from shep.audit.export import (
     _ASKED,
     _GENESIS_HEX,
     _VERDICTS,
