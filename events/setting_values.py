@@ -286,7 +286,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
             placeholder="'COMMAND ARG...'",
         ),
         "test_timeout": SecondsSetting(1800.0, 1.0, WEEK, "seconds test_command may run"),
-        # What of the repository's git config shep's own git may run (see shep.git_runner).
+        # What of the repository's git config shep's own git may run (see shep.git.command).
         "merge_hooks": FlagSetting(
             False, "run the repository's git hooks when shep merges into your branch"
         ),

@@ -229,7 +229,7 @@ KNOWN: dict[str, set[str]] = {
         "shep.cli.run shep.runs.inbox_watch shep.home.runtime shep.supervisor.start",
         "shep.cli.supervisor shep.supervisor.whatif",
         "shep.features.start shep.workflows shep.workflows.feature shep.workflows.feature_steps",
-        "shep.git shep.worktree",
+        "shep.git shep.git.worktree",
         "shep.replay.builder shep.replay.frames",
     },
     "arrows": {
@@ -268,7 +268,7 @@ KNOWN: dict[str, set[str]] = {
         "shep.cli.feat_views _local_worker from shep.cli.run",
         "shep.cli.store recorder._insert_tracking",
         "shep.cli.store recorder._lock_table",
-        "shep.git_runner tree._driver_overrides",
+        "shep.git.command tree._driver_overrides",
         "shep.replay _STORY_CLASSES from shep.replay.builder",
         "shep.replay.builder _cut from shep.replay.state",
         "shep.replay.builder _iso from shep.replay.frames",
@@ -286,8 +286,8 @@ KNOWN: dict[str, set[str]] = {
     "procs": {
         "shep.agents.process /proc",
         "shep.docgen.scratch /proc",
-        "shep.git_runner /proc",
-        "shep.git_runner /proc/",
+        "shep.git.command /proc",
+        "shep.git.command /proc/",
         "shep.home.identity /proc/",
         "shep.home.identity /proc/sys/kernel/random/boot_id",
         "shep.runs.recovery /proc/",

@@ -179,7 +179,7 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.cli.feat import new
     from shep.cli.inbox import answer, approve, inbox
     from shep.cli.logs import logs
-    from shep.git_runner import run_git
+    from shep.git.command import run_git
 
     env = {"GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost"}
     env |= {"GIT_COMMITTER_NAME": "demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}

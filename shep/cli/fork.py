@@ -161,7 +161,7 @@ def _fork_worktree(
     from events.runs import NodeCompleted
     from shep import git
     from shep.features.start import discard_worktree, make_worktree, plan_feature
-    from shep.git_runner import Checkout
+    from shep.git.command import Checkout
     from shep.home.settings import load_settings
 
     inputs = dict(created.inputs)

@@ -146,7 +146,7 @@ def plan_removal(feature: Feature, *, force: bool) -> Removal:
             keep,
         )
     if exists and not force:
-        from shep.worktree import feature_checkout
+        from shep.git.worktree import feature_checkout
 
         where = {"source_repo": feature.source_repo, "git_dir": feature.git_dir}
         dirty = git.dirty_files(feature_checkout(where, path))

@@ -46,7 +46,7 @@ class FeaturePlan:
     branch: str
     worktree: Path
     spec_dir: str
-    #: The git directory git made for the worktree (once made): see ``shep.worktree``.
+    #: The git directory git made for the worktree (once made): see ``shep.git.worktree``.
     git_dir: str = ""
 
 

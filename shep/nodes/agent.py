@@ -44,10 +44,10 @@ from shep.agents import (
     embed_context,
 )
 from shep.agents.process import LAUNCHER, kill_group
+from shep.git.worktree import inside_worktree, read_inside
 from shep.home.settings import Settings
 from shep.nodes.context import RunContext, iteration_of
 from shep.workflows.base import AgentStep, NodeFn, repository_tree, tools_for
-from shep.worktree import inside_worktree, read_inside
 
 TOOL_TEXT_LIMIT = 2000
 
@@ -285,7 +285,7 @@ class AgentNodes:
         assert step.artifact is not None
         ctx = self.ctx
         root = ctx.plan.repo
-        # Never through a symbolic link (see shep.worktree): a link where the report goes
+        # Never through a symbolic link (see shep.git.worktree): a link where the report goes
         # is replaced by the report, not written through.
         try:
             path = inside_worktree(root, step.artifact, leaf_link=True)

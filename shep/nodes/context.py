@@ -137,11 +137,11 @@ class RunContext:
             return None
 
     def _checkout(self) -> Any:
-        """How shep's git reaches the run's repository (a ``shep.git_runner.Checkout``);
+        """How shep's git reaches the run's repository (a ``shep.git.command.Checkout``);
         None when it is no git work tree's root.
         """
-        from shep.git_runner import Checkout
-        from shep.worktree import feature_checkout
+        from shep.git.command import Checkout
+        from shep.git.worktree import feature_checkout
 
         repo, inputs = self.plan.repo, self.plan.inputs
         drivers = bool((getattr(self.settings, "flags", None) or {}).get("git_filters", False))

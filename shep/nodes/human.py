@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from events.errors import UnsafePathError
+from shep.git.worktree import read_inside
 from shep.nodes.context import RunContext, iteration_of
 from shep.workflows.base import ApprovalGate, NodeFn, QuestionStep
-from shep.worktree import read_inside
 
 
 def question_node(ctx: RunContext, step: QuestionStep) -> NodeFn:

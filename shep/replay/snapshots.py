@@ -12,7 +12,7 @@ def snapshot_diff_stat(repo: str, previous: str | None, snapshot: str) -> str:
     ``repo``, read-only; a sentence saying why when it cannot be made.
     """
     from events.errors import GitError
-    from shep.git_runner import run_git
+    from shep.git.command import run_git
 
     if not os.path.isdir(repo):
         return f"the repository {repo} is gone: no diff for snapshot {snapshot[:10]}"

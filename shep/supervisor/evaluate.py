@@ -30,6 +30,7 @@ from events.inbox import QuestionAsked
 from events.runs import RunCreated
 from events.store import EventStore
 from events.supervisor import RuleResult
+from shep.git.worktree import read_inside
 from shep.supervisor import guardrails
 from shep.supervisor.prompt import (
     PROMPT_VERSION,
@@ -39,7 +40,6 @@ from shep.supervisor.prompt import (
     input_hash,
     read_reply,
 )
-from shep.worktree import read_inside
 
 #: The verdict of an item only the evaluator could decide, when none was given (what-if).
 UNDECIDED = "undecided"
@@ -327,7 +327,7 @@ def _item_document(item: ItemState, created: RunCreated | None) -> dict[str, Any
         with contextlib.suppress(OSError, ValueError, UnsafePathError):
             if created is not None:
                 # Never through a symbolic link: the evaluator sees no file outside the
-                # worktree (see shep.worktree).
+                # worktree (see shep.git.worktree).
                 raw = read_inside(created.repo, artifact["path"])
                 if hashlib.sha256(raw).hexdigest() == artifact["sha256"]:
                     content = raw.decode("utf-8", "replace")[:ARTIFACT_CHARS]

@@ -177,10 +177,10 @@ def dump_yaml(value: Spec | Research | Plan | Tasks) -> str:
 
 def _load(path: Path, inside: Path) -> tuple[Any, str | None]:
     """The YAML document at ``path`` (in the worktree ``inside``, not through a symbolic
-    link: see ``shep.worktree.inside_worktree``), or the one-line reason it cannot be had.
+    link: see ``shep.git.worktree.inside_worktree``), or the one-line reason it cannot be had.
     """
     from events.errors import UnsafePathError
-    from shep.worktree import read_inside
+    from shep.git.worktree import read_inside
 
     try:
         text = read_inside(inside, path).decode("utf-8")

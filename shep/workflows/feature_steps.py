@@ -34,7 +34,7 @@ from events.features import (
 )
 from events.runs import NodeCompleted, Usage
 from events.words import counted
-from shep.git_runner import Checkout
+from shep.git.command import Checkout
 from shep.workflows.base import (
     Approval,
     Option,
@@ -109,9 +109,9 @@ def _feature_env(io: StepIO) -> dict[str, str]:
 
 def _worktree(io: StepIO) -> Any:
     """The worktree as shep's git reaches it: through the git directory shep made for it
-    (a ``shep.git_runner.Checkout``; see ``shep.worktree``).
+    (a ``shep.git.command.Checkout``; see ``shep.git.worktree``).
     """
-    from shep.worktree import feature_checkout
+    from shep.git.worktree import feature_checkout
 
     return feature_checkout(io.inputs, io.repo, drivers=bool(io.setting("git_filters")))
 
@@ -301,9 +301,9 @@ def detect_test_command(worktree: Path, source: Path | None = None) -> str | Non
 
 def _read_project_file(worktree: Path, name: str) -> str:
     """The text of the worktree's file ``name``; empty when it is missing, unreadable or
-    reached through a symbolic link (see ``shep.worktree.read_inside``)."""
+    reached through a symbolic link (see ``shep.git.worktree.read_inside``)."""
     from events.errors import UnsafePathError
-    from shep.worktree import read_inside
+    from shep.git.worktree import read_inside
 
     try:
         return read_inside(worktree, name).decode("utf-8", "replace")
@@ -470,8 +470,9 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     merge made just before the worker died is found on the base by that commit, recorded
     and not made again; no other commit counts, whatever its message says.
     """
-    from shep import git, git_merge
+    from shep import git
     from shep.features.start import SHEP_OUTPUTS
+    from shep.git import merge as git_merge
 
     inputs = io.inputs
     source = Path(inputs["source_repo"])
@@ -527,7 +528,8 @@ def _found_merge(io: StepIO, history: Sequence[Any]) -> bool:
     """Whether a squash commit this run recorded (``MergePrepared``) is on the base: the
     worker died after moving the base, before recording the merge. Then it is recorded.
     """
-    from shep import git, git_merge
+    from shep import git
+    from shep.git import merge as git_merge
 
     inputs = io.inputs
     source, base = Path(inputs["source_repo"]), inputs["base"]
@@ -545,7 +547,8 @@ def _publish(io: StepIO, title: str) -> bool:
     """Push the branch, and open its pull request with ``--pr``; whether one was opened
     (the run then ends here, without a merge).
     """
-    from shep import git, git_merge
+    from shep import git
+    from shep.git import merge as git_merge
 
     inputs = io.inputs
     source, branch = Path(inputs["source_repo"]), inputs["branch"]

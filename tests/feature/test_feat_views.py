@@ -53,7 +53,7 @@ from shep import git as sgit
 from shep.cli import main
 from shep.cli.feat_views import DurationError, human_size, parse_duration
 from shep.features.start import FeaturePlan, create_feature_run, make_worktree, plan_feature
-from shep.git_merge import advance_base, prepare_squash
+from shep.git.merge import advance_base, prepare_squash
 from shep.home.identity import host_name, process_start
 from tests.feature.conftest import git
 from tests.gates.event_log import assert_rebuild_equals_incremental

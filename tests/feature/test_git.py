@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import shep.git_merge as sgit_merge
+import shep.git.merge as sgit_merge
 from events.errors import GitError
 from shep.git import (
     DiffStat,
@@ -34,7 +34,8 @@ from shep.git import (
     snapshot,
     worktrees,
 )
-from shep.git_merge import (
+from shep.git.command import run_git
+from shep.git.merge import (
     PullRequest,
     Squash,
     advance_base,
@@ -42,7 +43,6 @@ from shep.git_merge import (
     prepare_squash,
     push,
 )
-from shep.git_runner import run_git
 
 # The identity the test's own setup commits carry; shep's functions never see it.
 SETUP_IDENTITY = {

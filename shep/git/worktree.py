@@ -12,7 +12,7 @@ nothing to misjudge (a link to a sibling directory is refused too: shep never ne
 
 A feature worktree's ``.git`` file is the agent's to rewrite, so git is pointed at the
 git directory shep made and recorded (the run's ``git_dir`` input), never at what that
-file says (see ``shep.git_runner``).
+file says (see ``shep.git.command``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from events.errors import GitError, UnsafePathError
-from shep.git_runner import Checkout, StrPath
+from shep.git.command import Checkout, StrPath
 
 #: Bytes read at most from one file named by an agent or a repository.
 READ_LIMIT = 64 * 1024 * 1024

@@ -7,7 +7,7 @@ the merge and makes the commit in the object store only, :func:`advance_base` mo
 base to it. After a crash between the two, or just after the second, only that recorded
 commit can count as the merge (:func:`is_merged`), never a commit found by its message.
 
-Git runs through ``shep.git_runner`` as everywhere: the repository's hooks run at the
+Git runs through ``shep.git.command`` as everywhere: the repository's hooks run at the
 merge only when the user asked for them (the ``merge_hooks`` setting), its filter and
 merge drivers only with ``git_filters``.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from events.errors import GitError
 from shep.git import describe_files, dirty_files, repo_root, resolve_commit, same_path, worktrees
-from shep.git_runner import (
+from shep.git.command import (
     NETWORK_TIMEOUT,
     Checkout,
     StrPath,

@@ -1,11 +1,11 @@
 """The git operations of the feature workflow: queries, branches and worktrees, snapshots.
 
-Everything runs the ``git`` command line through ``shep.git_runner.run_git``, never a
+Everything runs the ``git`` command line through ``shep.git.command.run_git``, never a
 library: with nothing the repository or the agent wrote run on the way (no hook, no
 fsmonitor, no filter or merge driver unless the user opted in), and a feature worktree
 addressed through the git directory shep made for it (a ``Checkout``), not through the
 ``.git`` file in the worktree. The merge into the user's branch, pushes and pull
-requests are in ``shep.git_merge``.
+requests are in ``shep.git.merge``.
 
 Every failure is a :class:`GitError` whose one line says what failed, git's own reason
 and what to do. Nothing here moves a user's HEAD, index or checked-out branch unless
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.errors import GitError, NotARepositoryError, UnsafePathError, WorktreeLinkChangedError
-from shep.git_runner import (
+from shep.git.command import (
     Checkout,
     StrPath,
     check_link,
@@ -316,7 +316,7 @@ def add_worktree(
 ) -> Path:
     """Create branch ``branch`` at ``base_sha`` and check it out in a new worktree at
     ``path`` (its parent directories created); the git directory git made for it (to
-    record: shep's git reaches the worktree through it, see ``shep.worktree``).
+    record: shep's git reaches the worktree through it, see ``shep.git.worktree``).
 
     Idempotent, so a step that crashed half-way can run again: nothing happens when
     ``path`` already is a worktree of ``repo`` on ``branch``; when only the branch
@@ -600,9 +600,9 @@ def restore_paths(worktree: Where, commit: str, paths: Sequence[str]) -> list[st
     has no such file. HEAD, the branch and the index are untouched.
 
     A path that leads out of the worktree (``..``, or a symbolic link on the way: see
-    ``shep.worktree.inside_worktree``) is left alone; those are returned, each with why.
+    ``shep.git.worktree.inside_worktree``) is left alone; those are returned, each with why.
     """
-    from shep.worktree import inside_worktree
+    from shep.git.worktree import inside_worktree
 
     at = checkout(worktree)
     target = resolve_commit(at, commit)
@@ -635,7 +635,7 @@ def restore_paths(worktree: Where, commit: str, paths: Sequence[str]) -> list[st
 
 def commit_all(worktree: Where, message: str) -> str | None:
     """Stage everything (``add -A``) and commit it on the worktree's branch; the new
-    commit's sha, or None when nothing changed. No hook runs (see ``shep.git_runner``):
+    commit's sha, or None when nothing changed. No hook runs (see ``shep.git.command``):
     the commits are shep's record of the agent's work, not the user's.
     """
     at = checkout(worktree)
