@@ -82,7 +82,7 @@ def _gated_runs(store: EventStore, repo: Path, count: int) -> list[UUID]:
 
 
 def bench(quick: bool) -> dict[str, float]:
-    from shep.supervisor.process import Supervisor
+    from shep.supervisor.loop import Supervisor
 
     count = 200 if quick else 1_000
     with tempfile.TemporaryDirectory(prefix="shep-bench-supervisor-") as tmp:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from shep.agents.cli import (
+from shep.agents.executor import (
     ARGV_PROMPT_LIMIT,
     CliExecutor,
     CliParser,

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from events.errors import AgentError
-from shep.agents.cli import (
+from shep.agents.executor import (
     CliExecutor,
     CliParser,
     Command,

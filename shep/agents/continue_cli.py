@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import (
+from shep.agents.executor import (
     CliExecutor,
     Command,
     JsonDocumentParser,

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from shep.agents.cli import (
+from shep.agents.executor import (
     CliExecutor,
     CliParser,
     Command,

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from shep.agents.claude_code import JsonResultParser, MessageStreamParser
-from shep.agents.cli import CliExecutor, Command, Scratch, as_text, has_write_tools
+from shep.agents.executor import CliExecutor, Command, Scratch, as_text, has_write_tools
 from shep.agents.model import AgentEvent, AgentOptions, AgentResult, ToolResult, ToolUse
 from shep.agents.process import ProcessOutcome
 from shep.agents.spec import AgentSpec

@@ -13,7 +13,7 @@ import re
 import msgspec
 
 from shep.agents.claude_code import JsonResultParser, MessageStreamParser
-from shep.agents.cli import CliExecutor, Command, Scratch
+from shep.agents.executor import CliExecutor, Command, Scratch
 from shep.agents.gemini import allowed_tool_args
 from shep.agents.model import AgentOptions
 from shep.agents.spec import AgentSpec

@@ -315,7 +315,7 @@ def _toggle(runtime: Runtime, scope: str, on: bool) -> None:
 @click.pass_obj
 def run(runtime: Runtime, follow: bool, background: bool) -> None:
     """Decide every item a policy covers that is waiting, in the foreground; then exit."""
-    from shep.supervisor.process import OFF, Supervisor, collaboration_on, supervisor_lock
+    from shep.supervisor.loop import OFF, Supervisor, collaboration_on, supervisor_lock
 
     # Off (or no store yet: off by default): say so before touching anything.
     if not runtime.has_store() or not collaboration_on(runtime.store()):

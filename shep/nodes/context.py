@@ -22,7 +22,7 @@ from commands.run_state import RunState, next_events
 from events.errors import ShepError
 from events.runs import NodeCompleted, RunCreated, RunStatus, Usage
 from events.store import EventStore
-from shep.progress import Progress
+from shep.nodes.progress import Progress
 from shep.workflows import Workflow, get_workflow
 
 

@@ -55,7 +55,7 @@ from shep.home.secrets import load_token
 from shep.home.settings import Settings
 from shep.nodes import RunKit
 from shep.nodes.context import RunContext, RunPlan
-from shep.progress import Progress
+from shep.nodes.progress import Progress
 from shep.runs.heartbeat import Heartbeat
 
 __all__ = ["RunPlan", "Runner", "WorkerStopped"]

@@ -6,7 +6,7 @@ import pytest
 
 from events.errors import AgentAuthError, AgentError, AgentExitError, AgentRateLimitError
 from shep.agents import AGENT_SPECS, AgentUsage
-from shep.agents.cli import add_usage, has_write_tools, parse_structured
+from shep.agents.executor import add_usage, has_write_tools, parse_structured
 from shep.agents.failures import agent_failure, api_error, clean, error_line, status_in
 
 SPEC = AGENT_SPECS["codex"]

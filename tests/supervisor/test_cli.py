@@ -34,7 +34,7 @@ from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade
 from shep.home.identity import host_name, process_start
 from shep.supervisor.evaluate import Evaluator
-from shep.supervisor.process import Supervisor
+from shep.supervisor.loop import Supervisor
 from tests.e2e.cli import shep
 from tests.gates.event_log import read_events
 from tests.gates.store_items import REVIEW_NODES, ask_on_new_run, gate, question

@@ -24,7 +24,7 @@ from events.runs import NodeCompleted
 from events.store import EventStore
 from events.supervisor import Guardrails, RuleResult, SupervisorDecisionMade
 from shep.supervisor import guardrails
-from shep.supervisor.process import Supervisor
+from shep.supervisor.loop import Supervisor
 from tests.feature.conftest import git, make_repo
 from tests.supervisor.evaluators import (
     ScriptedEvaluator,

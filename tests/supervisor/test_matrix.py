@@ -46,7 +46,7 @@ from events.inbox import (
 from events.store import EventStore
 from events.supervisor import SupervisorDecisionMade
 from shep.home.identity import host_name, process_start
-from shep.supervisor.process import Supervisor
+from shep.supervisor.loop import Supervisor
 from shep.supervisor.prompt import PROMPT_VERSION
 from tests.supervisor.evaluators import (
     ScriptedEvaluator,

@@ -16,7 +16,7 @@ import pytest
 from commands.inbox_state import load_item
 from events.store import EventStore
 from shep.supervisor import prompt as prompt_module
-from shep.supervisor.process import Supervisor
+from shep.supervisor.loop import Supervisor
 from shep.supervisor.prompt import Reply, build_prompt, fence, input_hash, read_reply
 from tests.supervisor.evaluators import (
     ScriptedEvaluator,
