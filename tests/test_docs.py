@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from shep.docgen import DOCS, GENERATED, command_paths
+from shep.cli.docgen import DOCS, GENERATED, command_paths
 
 
 def test_generated_docs_are_current() -> None:
-    """docs/cli.md and docs/events.md equal what `python -m shep.docgen` writes."""
+    """docs/cli.md and docs/events.md equal what `python -m shep.cli.docgen` writes."""
     for name, render in GENERATED.items():
-        assert (DOCS / name).read_text() == render(), f"{name} is stale: run python -m shep.docgen"
+        assert (DOCS / name).read_text() == render(), (
+            f"{name} is stale: run python -m shep.cli.docgen"
+        )
 
 
 def test_every_command_is_documented() -> None:

@@ -217,8 +217,6 @@ def cycles() -> list[list[str]]:
 KNOWN: dict[str, set[str]] = {
     "prints": {
         "projections.mirror print",
-        "shep.docgen.main print",
-        "shep.docgen.reference imports click",
         "shep.runs.inbox_watch print",
         "shep.home.notify print",
         "shep.home.runtime print",
@@ -239,7 +237,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.supervisor.start -> shep.runs.workers",
         "shep.workflows.feature_steps -> shep.features.start",
         "shep.agents.demo -> shep.workflows.feature_specs",
-        "shep.docgen.reference -> shep.cli",
         "shep.runs.inbox_watch -> shep.cli.run",
         "shep.supervisor.whatif -> shep.cli.supervisor",
     },
@@ -285,7 +282,7 @@ KNOWN: dict[str, set[str]] = {
     },
     "procs": {
         "shep.agents.process /proc",
-        "shep.docgen.scratch /proc",
+        "shep.cli.docgen.scratch /proc",
         "shep.git.command /proc",
         "shep.git.command /proc/",
         "shep.home.identity /proc/",

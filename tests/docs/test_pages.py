@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from shep.docgen.blocks import MarkerError, find_blocks, replace_blocks
-from shep.docgen.pages import SCENARIOS, Played, compare, missing, page_paths, play
-from shep.docgen.scratch import ScenarioError, Scratch
-from shep.docgen.stable import loosened, mask, stand_in
+from shep.cli.docgen.blocks import MarkerError, find_blocks, replace_blocks
+from shep.cli.docgen.pages import SCENARIOS, Played, compare, missing, page_paths, play
+from shep.cli.docgen.scratch import ScenarioError, Scratch
+from shep.cli.docgen.stable import loosened, mask, stand_in
 from tests.postgres_server import REQUIRE_ENV
 
 
@@ -158,7 +158,7 @@ def test_the_scratch_world_runs_the_real_cli(tmp_path: Path) -> None:
 def test_pages_show_what_the_program_prints(scenario: str) -> None:
     """The scenario, played for real, prints what its pages' blocks show (under the masks);
     otherwise the failure names each page and block, with the difference, and
-    `python -m shep.docgen` regenerates them."""
+    `python -m shep.cli.docgen` regenerates them."""
     lacking = missing(scenario)
     if lacking:
         if scenario == "teams" and os.environ.get(REQUIRE_ENV):
@@ -169,4 +169,6 @@ def test_pages_show_what_the_program_prints(scenario: str) -> None:
         for result in compare(play(scenario))
         for block, diff in result.stale
     ]
-    assert not stale, "\n\n".join(stale) + "\nRegenerate with: python -m shep.docgen " + scenario
+    assert not stale, (
+        "\n\n".join(stale) + "\nRegenerate with: python -m shep.cli.docgen " + scenario
+    )

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shep.docgen.scenarios import one_item, sample_repo
-from shep.docgen.scratch import ScenarioError, Scratch, Shown, Transcript
+from shep.cli.docgen.scenarios import one_item, sample_repo
+from shep.cli.docgen.scratch import ScenarioError, Scratch, Shown, Transcript
 
 DESCRIPTION = "Add a low-stock report listing items below their reorder level"
 

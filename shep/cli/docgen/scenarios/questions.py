@@ -24,8 +24,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from shep.docgen.scenarios import FAKE_CLAUDE, TEST_WORKFLOWS, git_repo, one_item, run_id
-from shep.docgen.scratch import ScenarioError, Scratch, Shown, Transcript
+from shep.cli.docgen.scenarios import FAKE_CLAUDE, TEST_WORKFLOWS, git_repo, one_item, run_id
+from shep.cli.docgen.scratch import ScenarioError, Scratch, Shown, Transcript
 
 NTFY_SCRIPT = "\n".join(
     [

@@ -16,7 +16,7 @@ def _clone() -> Path:
     here = Path(__file__).resolve()
     return next(
         (p for p in here.parents if (p / "pyproject.toml").is_file() and (p / "docs").is_dir()),
-        here.parents[2],
+        here.parents[3],
     )
 
 
@@ -62,7 +62,7 @@ def cli_reference() -> str:
     parts = [
         "# CLI reference",
         "",
-        "Generated from `--help` by `python -m shep.docgen`; do not edit by hand.",
+        "Generated from `--help` by `python -m shep.cli.docgen`; do not edit by hand.",
         "",
     ]
     for path, command, ctx in _walk(cli, [], root):
@@ -86,7 +86,7 @@ def event_catalog() -> str:
     parts = [
         "# Event catalog",
         "",
-        "Generated from the code by `python -m shep.docgen`; do not edit by hand.",
+        "Generated from the code by `python -m shep.cli.docgen`; do not edit by hand.",
         "",
         "Every event also carries `originator_id` (the stream, a UUID), `originator_version`",
         "(its position in the stream, from 1) and `timestamp` (UTC). Stored events carry",

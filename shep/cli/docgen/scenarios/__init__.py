@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shep.docgen.reference import CLONE
-from shep.docgen.scratch import ScenarioError, Scratch, Shown
+from shep.cli.docgen.reference import CLONE
+from shep.cli.docgen.scratch import ScenarioError, Scratch, Shown
 
 #: tests' fake ``claude`` (stream-json, canned answers) and their test workflows.
 FAKE_CLAUDE = CLONE / "tests" / "runtime" / "fake_claude.py"

@@ -8,9 +8,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from shep.docgen.pages import SCENARIOS, PageResult, compare, missing, play
-from shep.docgen.reference import DOCS, GENERATED
-from shep.docgen.scratch import ScenarioError
+from shep.cli.docgen.pages import SCENARIOS, PageResult, compare, missing, play
+from shep.cli.docgen.reference import DOCS, GENERATED
+from shep.cli.docgen.scratch import ScenarioError
 
 
 def _reference(check: bool) -> list[str]:
@@ -44,7 +44,7 @@ def _scenario(name: str, check: bool, force: bool) -> tuple[list[PageResult], fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m shep.docgen",
+        prog="python -m shep.cli.docgen",
         description="Regenerate the docs' generated parts (or check them with --check).",
     )
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
@@ -88,5 +88,5 @@ def main(argv: list[str] | None = None) -> int:
         verb = "stale" if args.check else "rewritten"
         print(f"{verb}: " + "; ".join(stale), file=sys.stderr)
         if args.check:
-            print("run `python -m shep.docgen` to regenerate them", file=sys.stderr)
+            print("run `python -m shep.cli.docgen` to regenerate them", file=sys.stderr)
     return 1 if failed or (args.check and stale) else 0

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shep.docgen.scenarios import one_item, pending, run_id
-from shep.docgen.scenarios.questions import missing, setup
-from shep.docgen.scratch import Scratch, Transcript
+from shep.cli.docgen.scenarios import one_item, pending, run_id
+from shep.cli.docgen.scenarios.questions import missing, setup
+from shep.cli.docgen.scratch import Scratch, Transcript
 
 __all__ = ["missing", "play"]
 

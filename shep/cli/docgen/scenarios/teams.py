@@ -14,9 +14,9 @@ import json
 import sys
 from types import ModuleType
 
-from shep.docgen.reference import CLONE
-from shep.docgen.scenarios import sample_repo
-from shep.docgen.scratch import Scratch, Transcript
+from shep.cli.docgen.reference import CLONE
+from shep.cli.docgen.scenarios import sample_repo
+from shep.cli.docgen.scratch import Scratch, Transcript
 
 LAPTOP = "[laptop] "
 BUILDBOX = "[buildbox] "

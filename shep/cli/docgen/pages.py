@@ -1,6 +1,6 @@
 """The pages that show output: run their scenarios for real, compare, rewrite the marked blocks.
 
-A scenario (``shep.docgen.scenarios.<name>``) plays a story with the real CLI
+A scenario (``shep.cli.docgen.scenarios.<name>``) plays a story with the real CLI
 in a scratch directory and records each step's commands and output. Every
 page under docs/ (and the README) marking blocks ``<name>/<step>`` gets them,
 with stand-ins for what varies (``stable.py``). A page is rewritten only when
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from shep.docgen.blocks import Block, find_blocks, replace_blocks
-from shep.docgen.reference import CLONE
-from shep.docgen.scratch import DISPLAY_ROOT, ScenarioError, Scratch, Transcript
-from shep.docgen.stable import loosened, mask, stand_in
+from shep.cli.docgen.blocks import Block, find_blocks, replace_blocks
+from shep.cli.docgen.reference import CLONE
+from shep.cli.docgen.scratch import DISPLAY_ROOT, ScenarioError, Scratch, Transcript
+from shep.cli.docgen.stable import loosened, mask, stand_in
 
 #: Every scenario, by the name its pages' markers use.
 SCENARIOS = ("questions", "questions-edges", "audit", "features", "supervisor", "teams")

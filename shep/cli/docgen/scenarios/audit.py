@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from shep.docgen.reference import CLONE
-from shep.docgen.scenarios import FAKE_CLAUDE, TEST_WORKFLOWS, git_repo, one_item, run_id
-from shep.docgen.scratch import ScenarioError, Scratch, Shown, Transcript
+from shep.cli.docgen.reference import CLONE
+from shep.cli.docgen.scenarios import FAKE_CLAUDE, TEST_WORKFLOWS, git_repo, one_item, run_id
+from shep.cli.docgen.scratch import ScenarioError, Scratch, Shown, Transcript
 
 REASON = '=HYPERLINK("http://evil.example","click") and explain the migration'
 

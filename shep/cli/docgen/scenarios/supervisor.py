@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from shep.docgen.scenarios import one_item, sample_repo
-from shep.docgen.scratch import Scratch, Transcript
+from shep.cli.docgen.scenarios import one_item, sample_repo
+from shep.cli.docgen.scratch import Scratch, Transcript
 
 STRICTER = "autonomy: autonomous\nguardrails:\n  max_files_changed: 3\n"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shep.docgen.reference import CLONE
+from shep.cli.docgen.reference import CLONE
 
 #: Ids and hashes in a store's bytes: whole words only (in binary, an id may run into
 #: bytes that read as hex digits; such a run is no value of its own).
