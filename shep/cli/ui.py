@@ -67,5 +67,6 @@ def ui(runtime: Runtime, port: int, host: str, no_open: bool, read_only: bool) -
         store_url=runtime.store_url,
         new_runtime=lambda: Runtime.from_environment(debug=runtime.debug),
         on_ready=ready,
+        debug=runtime.debug,
     )
     click.echo("Stopped.", err=True)

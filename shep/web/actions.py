@@ -18,6 +18,7 @@ pages' script posts with ``X-CSRF-Token`` and gets JSON.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -52,8 +53,16 @@ def _reply(request: Request, status: int, message: str, back: str) -> Response:
 async def _checked(request: Request) -> dict[str, str]:
     """The form, once its CSRF token is this server's; ``_Refused`` otherwise."""
     state: WebState = request.app.state.web
-    form = await request.form()
-    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _Refused(415, "An action is a form (application/x-www-form-urlencoded).")
+    raw = await request.body()
+    if len(raw) > 4 * TEXT_LIMIT:
+        raise _Refused(413, "The form is too long.")
+    try:
+        fields = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise _Refused(400, "The form is not UTF-8.") from None
     if not check_csrf(state.guard, fields.get(CSRF_FIELD), request.headers.get(CSRF_HEADER)):
         raise _Refused(403, "This action did not come from this server's page (no CSRF token).")
     for key, value in fields.items():

@@ -309,11 +309,11 @@ class Feed:
                     try:
                         self.upkeep()
                     except Exception:  # a failed round is tried again; the feed goes on
-                        _log.exception("shep ui: upkeep failed")
+                        _log.exception("upkeep failed")
                     next_upkeep = time.monotonic() + UPKEEP_EVERY
         except BaseException as e:
             self.error = e
-            _log.exception("shep ui: the log's follower stopped")
+            _log.exception("the log's follower stopped; pages are no longer live")
         finally:
             follower.close()
             conn.close()

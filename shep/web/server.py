@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import logging
 import socket
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -120,6 +121,33 @@ class _Server(uvicorn.Server):
         self._on_stop()
 
 
+class _OneLine(logging.Formatter):
+    """A server's errors as one line each (the traceback with ``--debug``)."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__("shep ui: %(message)s")
+        self.debug = debug
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.debug or record.exc_info is None:
+            return super().format(record)
+        error = record.exc_info[1]
+        line = super().format(
+            logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        )
+        return f"{line}: {type(error).__name__}: {error} (--debug shows the traceback)"
+
+
+def _log_errors(debug: bool) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLine(debug))
+    for name in ("uvicorn.error", "shep.web"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+
+
 def serve(
     *,
     host: str,
@@ -129,8 +157,10 @@ def serve(
     store_url: str | None,
     new_runtime: Callable[[], Any],
     on_ready: Callable[[Served], None],
+    debug: bool = False,
 ) -> None:
     """Serve the dashboard until stopped; ``on_ready`` is told the URL once listening."""
+    _log_errors(debug)
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     guard = Guard(token=new_token(), port=bound, names=names_of(host), read_only=read_only)
