@@ -112,6 +112,24 @@ def _when(value: str | None) -> str:
     return value[:19].replace("T", " ") + " UTC" if value else "-"
 
 
+def _diff_lines(patch: str) -> list[tuple[str, str]]:
+    """Each line of a patch with its class: added, removed, a hunk, a file's header."""
+    lines = []
+    for line in patch.splitlines():
+        if line.startswith(("+++", "---", "diff --git", "index ", "new file", "deleted file")):
+            kind = "head"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        lines.append((kind, line))
+    return lines
+
+
 def environment() -> jinja2.Environment:
     """The templates: autoescaped, every printed value made printable first."""
     env = jinja2.Environment(
@@ -126,6 +144,7 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = _when
     env.filters["short"] = lambda value: (value or "")[:8]
     env.filters["ms"] = core.format_ms
+    env.filters["diff_lines"] = _diff_lines
     env.globals["static_version"] = STATIC_VERSION
     return env
 

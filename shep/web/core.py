@@ -148,11 +148,15 @@ def count_pending(conn: apsw.Connection) -> int:
 
 
 def upkeep(runtime: Runtime) -> None:
-    """What every shep command does before its own work: mark runs whose worker is gone
-    as interrupted, apply due deadlines, resume runs whose decision nobody acted on.
+    """Mark runs whose worker is gone as interrupted, as every shep command does first, so
+    a page never shows a dead run as running.
+
+    Not the inbox's part of it (due deadlines, resuming runs whose decision nobody
+    acted on): done every few seconds, it would take the resume from under a person
+    deciding with ``shep answer --wait`` (the first resume wins), so it stays with
+    the commands, and with a decision made on the page (``resume_decided``).
     """
     runtime.check_orphans()
-    runtime.check_inbox(notice=False)
 
 
 def new_runtime(*, debug: bool = False) -> Runtime:

@@ -6,7 +6,7 @@
 - ``Feed`` runs that follower in a thread of its own: each batch is applied to the
   projections (so that a page fetched after a message shows it), turned into
   messages, encoded once, and handed to the ``Hub`` on the event loop. Between
-  batches it does what every shep command does first (``core.upkeep``).
+  batches it marks runs whose worker is gone (``core.upkeep``).
 - ``Hub`` keeps the most recent messages and every page's subscription. A page
   subscribes from the log position it was rendered at (``Last-Event-ID`` when its
   browser reconnects): what it missed comes first, from memory or from the log

@@ -135,7 +135,7 @@ class _OneLine(logging.Formatter):
         line = super().format(
             logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
         )
-        return f"{line}: {type(error).__name__}: {error} (--debug shows the traceback)"
+        return f"{line.rstrip()}: {type(error).__name__}: {error} (--debug shows the traceback)"
 
 
 def _log_errors(debug: bool) -> None:

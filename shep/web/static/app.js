@@ -14,6 +14,7 @@
   const run = body.dataset.run || "";
   const csrf = body.dataset.csrf;
   let after = parseInt(body.dataset.after || "0", 10);
+  const live = document.getElementById("live");
   const ITEM_EVENTS = new Set([
     "QuestionAsked", "ApprovalRequested", "QuestionAnswered", "ApprovalGranted",
     "ApprovalRejected", "ApprovalVoted", "SupervisorDecisionMade", "RunCancelled", "RunFailed",
@@ -50,12 +51,16 @@
     fetch(region.dataset.liveSrc, { headers: { "X-Requested-With": "fetch" }, credentials: "same-origin" })
       .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
       .then((html) => {
+        if (live && live.dataset.failed) { delete live.dataset.failed; live.textContent = "live"; live.className = "live on"; }
         if (region.hasAttribute("data-live-merge")) merge(region, html);
         else region.innerHTML = html;
         afterRefresh(region);
         tickAges();
       })
-      .catch(() => {})
+      .catch(() => {
+        // The page no longer shows the log as it is: say so rather than look current.
+        if (live) { live.dataset.failed = "1"; live.textContent = "not updating (reload)"; live.className = "live off"; }
+      })
       .finally(() => {
         const wait = Math.max(0, MIN_GAP - (Date.now() - started));
         setTimeout(() => {
@@ -165,7 +170,6 @@
   }
 
   // --- the stream ------------------------------------------------------------------------
-  const live = document.getElementById("live");
   function connect() {
     const url = "/events?after=" + after + (run ? "&run=" + run : "");
     const source = new EventSource(url);
