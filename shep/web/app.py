@@ -94,7 +94,8 @@ def _finalize(value: Any) -> Any:
     return printable(value)
 
 
-def _age(value: str | None) -> str:
+def age(value: str | None) -> str:
+    """'42s', '5m', '3h', '2d' since an ISO timestamp; '-' for none."""
     if not value:
         return "-"
     try:
@@ -140,7 +141,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["age"] = _age
+    env.filters["age"] = age
     env.filters["when"] = _when
     env.filters["short"] = lambda value: (value or "")[:8]
     env.filters["ms"] = core.format_ms

@@ -4,8 +4,10 @@ It has the shared follower's shape (``follow(idle=...)`` yields batches of
 ``(position, event)``; ``close()``), so ``core.open_follower`` can make either.
 It wakes on SQLite's change counter (``PRAGMA data_version``, a few microseconds
 to ask, changed by every other connection's commit), looked at every ``poll``
-seconds; on a shared store it also brings the home's copy of the log up to date
-from the server every ``pull_every`` seconds, as ``shep logs --follow`` does.
+seconds while the log moves, and every ``idle_poll`` seconds once it has been quiet
+for ``hot_for`` seconds: a run's events come in bursts, and a server nobody writes
+to should cost nothing. On a shared store it also brings the home's copy of the log
+up to date from the server every ``pull_every`` seconds, as ``shep logs --follow`` does.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class PollingFollower:
         after: int,
         url: str | None = None,
         poll: float = 0.005,
+        idle_poll: float = 0.05,
+        hot_for: float = 2.0,
         pull_every: float = 0.25,
         batch_size: int = 500,
     ) -> None:
@@ -42,6 +46,9 @@ class PollingFollower:
         self.position = after
         self.url = url
         self.poll = poll
+        self.idle_poll = max(idle_poll, poll)
+        self.hot_for = hot_for
+        self._hot_until = time.monotonic() + hot_for
         self.pull_every = pull_every
         self.batch_size = batch_size
         self._next_pull = 0.0
@@ -65,14 +72,16 @@ class PollingFollower:
         while True:
             batch = self.read()
             if batch:
+                self._hot_until = time.monotonic() + self.hot_for
                 yield batch
                 continue
             deadline = time.monotonic() + idle
             while not self._changed():
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     yield []
                     break
-                time.sleep(self.poll)
+                time.sleep(self.poll if now < self._hot_until else self.idle_poll)
 
     def close(self) -> None:
         """Nothing to release: the connection is the caller's."""

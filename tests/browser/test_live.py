@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import Watched, screenshot
+from tests.browser.conftest import Watched
 from tests.e2e.cli import shep
 from tests.web.ui_server import UiServer
 
@@ -66,8 +66,6 @@ def test_a_run_started_from_the_cli_appears_and_completes_without_reload(
         log = tab.inner_text("#log")
         assert "Findings of step patterns: line one." in log
         assert "run.completed" in log
-        screenshot(tab, "run", tmp_path)
-        screenshot(runs, "runs", tmp_path)
         assert page.errors == []
     finally:
         server.stop()

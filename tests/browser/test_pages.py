@@ -36,10 +36,10 @@ def _pending(run: str) -> list[dict[str, Any]]:
     return [i for i in items if i["run_id"] == run]
 
 
-def _visit(page: Watched, url: str, name: str, tmp_path: Path) -> None:
+def _visit(page: Watched, url: str, name: str, tmp_path: Path, *, whole: bool = True) -> None:
     page.page.goto(url)
     expect(page.page.locator("#live")).to_have_class("live on", timeout=10_000)
-    screenshot(page.page, name, tmp_path)
+    screenshot(page.page, name, tmp_path, full_page=whole)
 
 
 @pytest.mark.slow
@@ -61,7 +61,7 @@ def test_every_page_of_a_feature_renders_live_at_both_widths(
         tab = page.page
         tab.goto(server.url)
         _visit(page, server.base + "/", "runs", tmp_path)
-        _visit(page, f"{server.base}/runs/{run}", "run-waiting", tmp_path)
+        _visit(page, f"{server.base}/runs/{run}", "run-waiting", tmp_path, whole=False)
         assert tab.get_attribute('g[data-node="clarify"]', "class").endswith("state-waiting")
         _visit(page, server.base + "/inbox", "inbox-question", tmp_path)
         for name, path in (("runs", "/"), ("inbox", "/inbox"), ("run", f"/runs/{run}")):
@@ -95,7 +95,7 @@ def test_every_page_of_a_feature_renders_live_at_both_widths(
             seen.add(item["node"])
             shep("approve", item["item_id"], "--wait", check=True)
         assert seen == {"prd", "plan_gate", "merge_gate"}
-        _visit(page, f"{server.base}/runs/{run}", "run", tmp_path)
+        _visit(page, f"{server.base}/runs/{run}", "run", tmp_path, whole=False)
         expect(tab.locator("#run-status")).to_have_text("completed")
         _visit(page, f"{server.base}/features/{run}", "feature", tmp_path)
         expect(tab.locator("pre.diff")).to_contain_text("diff --git")
@@ -111,7 +111,7 @@ def test_every_page_of_a_feature_renders_live_at_both_widths(
         dark = browser.new_context(viewport={"width": 1200, "height": 900}, color_scheme="dark")
         night = Watched(dark.new_page())
         night.page.goto(server.url)
-        _visit(night, f"{server.base}/runs/{run}", "run-dark", tmp_path)
+        _visit(night, f"{server.base}/runs/{run}", "run-dark", tmp_path, whole=False)
         background = night.page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert background == "rgb(20, 21, 23)"
         dark.close()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -55,6 +57,13 @@ async def _take(stream: AsyncIterator[bytes], count: int, timeout: float = 5) ->
     return frames
 
 
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run`` in a thread of its own: the browser tests' Playwright keeps an event
+    loop running in the main thread for the session."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, main).result()
+
+
 def _no_history(after: int, until: int) -> list[Message] | None:
     raise AssertionError("the log was read while memory held the messages")
 
@@ -78,7 +87,7 @@ def test_a_hundred_pages_each_get_every_event() -> None:
             await s.aclose()
         assert hub.subscriptions == set()
 
-    asyncio.run(main())
+    _run(main())
 
 
 def test_a_page_that_reconnects_gets_what_it_missed_from_memory() -> None:
@@ -97,7 +106,7 @@ def test_a_page_that_reconnects_gets_what_it_missed_from_memory() -> None:
         assert _positions(frames) == [3, 4, 5, 6, 7]
         await stream.aclose()
 
-    asyncio.run(main())
+    _run(main())
 
 
 def test_pages_get_their_own_run_and_the_list_no_output() -> None:
@@ -129,7 +138,7 @@ def test_pages_get_their_own_run_and_the_list_no_output() -> None:
         await run_page.aclose()
         await list_page.aclose()
 
-    asyncio.run(main())
+    _run(main())
 
 
 def test_a_page_too_far_behind_is_closed_and_catches_up_from_its_last_id(
@@ -152,7 +161,7 @@ def test_a_page_too_far_behind_is_closed_and_catches_up_from_its_last_id(
         assert _positions(await _take(again, 31)) == list(range(1, 31))
         await again.aclose()
 
-    asyncio.run(main())
+    _run(main())
 
 
 def _store_with_run(path: Path) -> tuple[EventStore, str]:
@@ -196,7 +205,7 @@ def test_the_feed_follows_a_real_store_and_keeps_the_projections_current(
             await stream.aclose()
             feed.stop()
 
-    asyncio.run(main())
+    _run(main())
     store.close()
 
 
@@ -228,5 +237,5 @@ def test_a_page_older_than_memory_is_sent_the_log_and_one_far_behind_reloads(
         assert reload[1].startswith(b"event: reload\n")
         feed.stop()
 
-    asyncio.run(main())
+    _run(main())
     store.close()
