@@ -138,3 +138,22 @@ def test_a_free_port_is_taken_by_port_0() -> None:
             code, _, err = server.stop()
     assert code == 0
     assert err.endswith("Stopped.\n")
+
+
+def test_another_host_needs_the_token_and_says_so() -> None:
+    """--host 0.0.0.0 listens beyond the loopback: a warning line says who can reach it,
+    and a request without the token is refused all the same."""
+    server = UiServer.start("--host", "0.0.0.0")
+    try:
+        assert (
+            server.get("/", cookie=False, headers={"Host": f"127.0.0.1:{server.port}"}).status
+            == 403
+        )
+        assert server.get("/").status == 200
+    finally:
+        code, _, err = server.stop()
+    assert code == 0
+    assert err.startswith(
+        "shep: warning: listening on 0.0.0.0: anyone who reaches this machine and has the "
+        "token can see every run (and decide, unless --read-only).\n"
+    )
