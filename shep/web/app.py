@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import jinja2
 from markupsafe import Markup
@@ -28,6 +28,8 @@ from events.display import printable
 from shep.web import core
 from shep.web.feed import Feed, Hub
 from shep.web.security import Guard, GuardMiddleware
+
+T = TypeVar("T")
 
 #: Bumped with the static files, so a browser never mixes an old script with a new page.
 STATIC_VERSION = "1"
@@ -51,6 +53,8 @@ class WebState:
     #: One runtime for the reads that need the event store (the supervisor's history).
     _runtime: Any = None
     _runtime_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: What pages keep between requests (rendered rows, lists of names), by name.
+    _caches: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.readers = core.Readers(self.db_file)
@@ -66,6 +70,13 @@ class WebState:
     def _history(self, after: int, until: int) -> Any:
         assert self.feed is not None
         return self.feed.history(after, until)
+
+    def cache(self, name: str, make: Callable[[], T]) -> T:
+        """The server's ``name`` cache, made by ``make`` on first use."""
+        with self._runtime_lock:
+            if name not in self._caches:
+                self._caches[name] = make()
+            return cast(T, self._caches[name])
 
     @property
     def store_label(self) -> str:

@@ -169,7 +169,8 @@ class Hub:
                 subscription.offer(message)
 
     def close(self) -> None:
-        """End every stream: the server is stopping."""
+        """End every stream: the server is stopping, or can no longer follow the log
+        (pages then show that they are not live)."""
         self.closing = True
         for subscription in list(self.subscriptions):
             subscription.close()
@@ -314,6 +315,9 @@ class Feed:
         except BaseException as e:
             self.error = e
             _log.exception("the log's follower stopped; pages are no longer live")
+            if self.loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    self.loop.call_soon_threadsafe(self.hub.close)
         finally:
             follower.close()
             conn.close()

@@ -77,9 +77,6 @@ class _Facets:
             return self.value
 
 
-_facets = _Facets()
-
-
 class _Rows:
     """Each run's row of the runs table, rendered once per state of the run.
 
@@ -151,9 +148,6 @@ def _since(now: datetime, moment: datetime) -> str:
     return f"{seconds}s"
 
 
-_rows = _Rows()
-
-
 def _filters(request: Request) -> Row:
     found = {key: request.query_params.get(key, "").strip() for key in _FILTERS}
     if found["status"] and found["status"] not in STATUSES:
@@ -172,7 +166,7 @@ def _runs(request: Request) -> Row:
     conn = state.readers.get()
     with core.reading(conn) as position:
         runs = core.list_runs(conn, filters)
-        facets = _facets.get(state, conn)
+        facets = state.cache("facets", _Facets).get(state, conn)
         stale = core.stale_after(conn) if any(r["status"] == "running" for r in runs) else None
         count = core.count_pending(conn)
     query = "&".join(
@@ -180,7 +174,7 @@ def _runs(request: Request) -> Row:
     )
     filtered = any(filters[k] for k in ("status", "workflow", "repo", "q", "all"))
     return {
-        "rows": _rows.render(state, runs, stale),
+        "rows": state.cache("rows", _Rows).render(state, runs, stale),
         "facets": facets,
         "statuses": STATUSES,
         "filters": filters,

@@ -50,6 +50,7 @@ HEADERS = (
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 )
+_OURS = frozenset(name for name, _ in HEADERS)
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"

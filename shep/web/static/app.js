@@ -174,7 +174,12 @@
     const url = "/events?after=" + after + (run ? "&run=" + run : "");
     const source = new EventSource(url);
     source.onopen = () => { if (live) { live.textContent = "live"; live.className = "live on"; } };
-    source.onerror = () => { if (live) { live.textContent = "reconnecting"; live.className = "live off"; } };
+    source.onerror = () => {
+      if (!live) return;
+      // Closed for good (the server stopped following the log, or stopped): say so.
+      live.textContent = source.readyState === EventSource.CLOSED ? "not live (reload)" : "reconnecting";
+      live.className = "live off";
+    };
     source.onmessage = onMessage;
     source.addEventListener("reload", () => { source.close(); location.reload(); });
   }
