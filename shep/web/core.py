@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 
 Row = dict[str, Any]
 
-#: Seconds between two looks at the log's change counter while the server is idle.
+#: Seconds between two looks at the log's change counter while the log moves.
 POLL = 0.005
+#: How often the follower looks once the log has been quiet for two seconds.
+IDLE_POLL = 0.05
 #: Log lines a run's page shows at first (the rest stream in, `shep logs RUN` has all).
 LOG_LINES = 500
 #: Bytes of one approved file shown on a page.
@@ -129,16 +131,14 @@ def read_events(conn: apsw.Connection, after: int, until: int) -> list[tuple[int
 def open_follower(
     conn: apsw.Connection, *, after: int, url: str | None, poll: float = POLL
 ) -> Follower:
-    """The follower of the log the feed runs (see ``shep.web.feed``).
-
-    Where the shared follower plugs in: once ``projections.follow.LogFollower``
-    (branch i22-store) is merged, return ``LogFollower(conn, after=after, url=url,
-    poll=poll)`` here and delete ``shep.web.follow``; it has the same ``follow`` and
-    ``close``, and it wakes on the shared store's notifications instead of a timer.
+    """The follower of the log the feed runs (see ``shep.web.feed``): the one
+    ``shep logs --follow`` uses, looking every ``poll`` seconds while the log moves and
+    every ``IDLE_POLL`` once it has been quiet (a server left open all day costs next to
+    nothing), woken by the shared store's notifications on a shared home.
     """
-    from shep.web.follow import PollingFollower
+    from projections.follow import LogFollower
 
-    return PollingFollower(conn, after=after, url=url, poll=poll)
+    return LogFollower(conn, after=after, url=url, poll=poll, idle_poll=IDLE_POLL)
 
 
 def count_pending(conn: apsw.Connection) -> int:
