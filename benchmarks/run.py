@@ -565,6 +565,11 @@ def main() -> None:
         follow_home = work / "follow"
         follow_home.mkdir(mode=0o700)
         results.update(bench_follow_latency(follow_home, samples=10 if quick else 30))
+        from benchmarks.ui import bench as bench_ui  # a real `shep ui`, and Chromium
+
+        follow = results.get("follow_latency_ms")
+        results.update(bench_ui(home, work, quick, follow if isinstance(follow, float) else None))
+
         from benchmarks.snapshot import bench as bench_snapshot
 
         results.update(bench_snapshot(quick))

@@ -344,3 +344,11 @@ class UnsafePathError(ShepError):
     """A path an agent or a repository named leads out of its worktree (``..``, an
     absolute path, or a symbolic link on the way): shep does not touch it.
     """
+
+
+class ServeAddressError(ShepError):
+    """A face cannot listen where it was asked to (the port is taken, the host is not this
+    machine's): bad input, as the address was the user's to choose.
+    """
+
+    exit_code = 2

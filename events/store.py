@@ -237,6 +237,7 @@ class EventStore:
         """
         if not events and tracking is None:
             return []
+        self._check_given_up()
         if self.schema.too_new is not None:
             raise self.schema.too_new
         kwargs: dict[str, Any] = {}
@@ -335,6 +336,7 @@ class EventStore:
         meanwhile.
         """
         names = [topic_of(t) for t in types]
+        self._check_given_up()
         try:
             if self.url is None:
                 version, rows = self.recorder.select_since(stream_id.hex, after_version, names)
@@ -372,6 +374,7 @@ class EventStore:
             return known.version, known.state
         if self.url is not None or known is not None or memory_only:
             return None
+        self._check_given_up()
         try:
             stored = self.recorder.select_snapshot(stream_id.hex)
         except PersistenceError as e:

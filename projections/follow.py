@@ -56,6 +56,8 @@ class LogFollower:
         after: int = 0,
         url: str | None = None,
         poll: float = 0.001,
+        idle_poll: float | None = None,
+        hot_for: float = 2.0,
         batch_size: int = 500,
         on_notice: Callable[[str], None] | None = None,
     ) -> None:
@@ -63,6 +65,11 @@ class LogFollower:
         self.position = after
         self.url = url
         self.poll = poll
+        # A long-lived follower (the dashboard's) looks less often once the log has been
+        # quiet for ``hot_for`` seconds: idle, it then costs next to nothing.
+        self.idle_poll = max(idle_poll if idle_poll is not None else poll, poll)
+        self.hot_for = hot_for
+        self._hot_until = 0.0
         self.batch_size = batch_size
         self.on_notice = on_notice
         self._version = self._data_version()
@@ -86,6 +93,7 @@ class LogFollower:
             raise store_error(e, self.conn.filename) from e
         if rows:
             self.position = rows[-1][0]
+            self._hot_until = time.monotonic() + self.hot_for
         return [(position, decode_event(topic, state)) for position, topic, state in rows]
 
     def wait(self, timeout: float) -> bool:
@@ -96,9 +104,10 @@ class LogFollower:
             return self._wait_for_server(timeout)
         deadline = time.monotonic() + timeout
         while self._data_version() == self._version:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 return False
-            time.sleep(self.poll)
+            time.sleep(self.poll if now < self._hot_until else self.idle_poll)
         return True
 
     def follow(self, *, idle: float = 1.0) -> Iterator[list[tuple[int, Event]]]:

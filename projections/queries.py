@@ -73,6 +73,57 @@ def list_runs(conn: apsw.Connection, *, include_all: bool = False, recent: int =
     return runs
 
 
+def find_runs(
+    conn: apsw.Connection,
+    *,
+    status: str | None = None,
+    workflow: str | None = None,
+    repo: str | None = None,
+    text: str | None = None,
+    limit: int = 200,
+    offset: int = 0,
+) -> list[Row]:
+    """Runs of that status, workflow and repository (each when given) whose id starts with
+    ``text`` or whose workflow, repository, node, creator or error contains it; newest
+    first, ``limit`` of them from ``offset``, each with what it waits for (``waiting``).
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    for column, value in (("status", status), ("workflow", workflow), ("repo", repo)):
+        if value:
+            where.append(f"{column}=?")
+            params.append(value)
+    if text:
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        prefix = hex_prefix(text)
+        clauses = [
+            f"{column} LIKE ? ESCAPE '\\'"
+            for column in ("workflow", "repo", "current_node", "created_by", "error")
+        ]
+        params += [pattern] * len(clauses)
+        if prefix is not None:
+            clauses.append("(run_id >= ? AND run_id < ?)")
+            params += [prefix, prefix + "g"]
+        where.append("(" + " OR ".join(clauses) + ")")
+    sql = "SELECT * FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at DESC, run_id LIMIT ? OFFSET ?"
+    runs = rows_of(conn.execute(sql, (*params, limit, offset)))
+    _add_waiting(conn, runs)
+    return runs
+
+
+def list_run_facets(conn: apsw.Connection) -> dict[str, list[str]]:
+    """The statuses, workflows and repositories runs have, each sorted: what a list of
+    runs can be filtered by.
+    """
+    return {
+        column: [str(r[0]) for r in conn.execute(f"SELECT DISTINCT {column} FROM runs ORDER BY 1")]
+        for column in ("status", "workflow", "repo")
+    }
+
+
 def _add_waiting(conn: apsw.Connection, runs: list[Row]) -> None:
     """Give each waiting run the pending inbox items it waits for (``waiting``), in one read."""
     waiting = {r["run_id"]: r for r in runs if r["status"] in _WAITING}
@@ -126,6 +177,19 @@ def list_logs(
         sql += " LIMIT ?"
         params = (*params, limit)
     return rows_of(conn.execute(sql, params))
+
+
+def list_last_logs(conn: apsw.Connection, run_id: str, *, limit: int) -> list[Row]:
+    """The run's last ``limit`` log lines, oldest first."""
+    rows = rows_of(
+        conn.execute(
+            "SELECT position, timestamp, node, kind, message, tool_name, is_error "
+            "FROM logs WHERE run_id=? ORDER BY position DESC LIMIT ?",
+            (run_id, limit),
+        )
+    )
+    rows.reverse()
+    return rows
 
 
 def find_interrupted_run(conn: apsw.Connection, workflow: str, repo: str) -> str | None:

@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "fork": "shep.cli.fork:fork",
     "supervisor": "shep.cli.supervisor:supervisor",
     "store": "shep.cli.store:store",
+    "ui": "shep.cli.ui:ui",
 }
 
 INTERNAL_ERROR_EXIT = 70

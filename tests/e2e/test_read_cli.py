@@ -153,14 +153,16 @@ def test_home_is_created_private(shep_home: Path) -> None:
 
 
 def test_status_does_not_import_heavy_modules(store: EventStore) -> None:
-    """`shep status` imports neither langgraph, prompt_toolkit nor eventsourcing."""
+    """`shep status` imports neither langgraph, prompt_toolkit nor eventsourcing, nor
+    anything of the web face (`shep ui`'s starlette, uvicorn and jinja2)."""
     random_run(store, random.Random(2))
     code = (
         "import sys\n"
         "from shep.cli import main\n"
         "try:\n    main(['status'])\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('langgraph', 'prompt_toolkit', 'eventsourcing'))\n"
+        "('langgraph', 'prompt_toolkit', 'eventsourcing', 'starlette', 'uvicorn', 'jinja2',"
+        " 'markupsafe', 'anyio'))\n"
         "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
     )
     result = subprocess.run(

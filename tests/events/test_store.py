@@ -172,3 +172,29 @@ def test_a_store_whose_file_was_replaced_never_writes_into_the_new_file(tmp_path
     db.unlink()
     assert store.file_moved() == "deleted"
     store.close()
+
+
+def test_a_given_up_store_refuses_every_read_and_write(tmp_path: Path) -> None:
+    """Once a worker gives its store up (the file deleted or replaced under it), nothing
+    reaches the file any more: appends, stream reads, the SQLite fast fold read and stored
+    snapshots all fail with the reason, so the worker reports it instead of going on.
+    """
+    from commands.run_state import SNAPSHOT_TOPIC
+    from events.errors import StoreUnavailableError
+
+    store = EventStore(tmp_path / "shep.db")
+    created = _created()
+    store.append([created])
+    store.give_up(StoreUnavailableError("the store was deleted"))
+    stream = created.originator_id
+    calls = [
+        lambda: store.append([_created()]),
+        lambda: store.load(stream),
+        lambda: store.load_since(stream, after_version=0, types=[RunCreated]),
+        lambda: store.get_snapshot(stream, SNAPSHOT_TOPIC),
+    ]
+    for call in calls:
+        with pytest.raises(StoreUnavailableError, match="the store was deleted"):
+            call()
+    store.close()
+    assert EventStore(tmp_path / "shep.db").load(stream) == [created]

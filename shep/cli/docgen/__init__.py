@@ -1,6 +1,6 @@
 """The generated parts of the docs: whole reference pages, and the output shown on the others.
 
-python -m shep.cli.docgen                   # rewrite cli.md, events.md and every page's output blocks
+python -m shep.cli.docgen                   # rewrite cli.md, events.md, every output block
 python -m shep.cli.docgen --check           # exit 1 naming each page and block that is stale
 python -m shep.cli.docgen questions teams   # the reference pages and these scenarios only
 python -m shep.cli.docgen --reference       # cli.md and events.md only (no scenario is played)

@@ -1,0 +1,209 @@
+"""The actions a page may take: answer, approve, reject, cancel, resume, fork.
+
+Every one passes the guard first (``GuardMiddleware``: the token, the ``Origin``
+of this server, none at all with ``--read-only``) and then the CSRF token the
+pages carry (``_checked``). A decision is recorded by the write side's own
+command, as the CLI records it: ``user:<login>`` or the name given (``as``,
+never ``supervisor:``/``system:``), the first decision winning; the run then
+goes on as after any command (``core.resume_decided``).
+
+Approve, cancel, resume and fork wait for the core functions issue 19 moves out
+of ``shep/cli/`` (see docs/ui.md, "Phase 2"): they are refused with the command
+that does it meanwhile, rather than done by code copied out of the CLI.
+
+A form posted without JavaScript gets a small page saying what happened; the
+pages' script posts with ``X-CSRF-Token`` and gets JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from events.display import printable
+from events.errors import AlreadyDecidedError, ShepError
+from shep.web import core
+from shep.web.app import WebState, render
+from shep.web.security import CSRF_FIELD, CSRF_HEADER, check_csrf
+
+#: Longest text an action takes (an answer, a reason): more is refused, not cut.
+TEXT_LIMIT = 20_000
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _wants_json(request: Request) -> bool:
+    return CSRF_HEADER in request.headers
+
+
+def _reply(request: Request, status: int, message: str, back: str) -> Response:
+    if _wants_json(request):
+        return JSONResponse({"ok": status < 400, "message": message}, status_code=status)
+    return render(request, "done.html", status=status, page="done", message=message, back=back)
+
+
+async def _checked(request: Request) -> dict[str, str]:
+    """The form, once its CSRF token is this server's; ``_Refused`` otherwise."""
+    state: WebState = request.app.state.web
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _Refused(415, "An action is a form (application/x-www-form-urlencoded).")
+    raw = await request.body()
+    if len(raw) > 4 * TEXT_LIMIT:
+        raise _Refused(413, "The form is too long.")
+    try:
+        fields = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise _Refused(400, "The form is not UTF-8.") from None
+    if not check_csrf(state.guard, fields.get(CSRF_FIELD), request.headers.get(CSRF_HEADER)):
+        raise _Refused(403, "This action did not come from this server's page (no CSRF token).")
+    for key, value in fields.items():
+        if len(value) > TEXT_LIMIT:
+            raise _Refused(400, f"The {key} is too long ({len(value)} characters).")
+    return fields
+
+
+def _item_id(request: Request) -> str:
+    item = str(request.path_params["item"])
+    if len(item) != 32 or not all(c in "0123456789abcdef" for c in item):
+        raise _Refused(404, f"No inbox item {item!r}.")
+    return item
+
+
+async def _act(request: Request, back: str, act: Any) -> Response:
+    """Check the request, run ``act(fields)`` in the thread pool, say how it went."""
+    from starlette.concurrency import run_in_threadpool
+
+    try:
+        fields = await _checked(request)
+        message = await run_in_threadpool(act, fields)
+    except _Refused as e:
+        return _reply(request, e.status, str(e), back)
+    except AlreadyDecidedError as e:
+        return _reply(request, 409, printable(e), back)
+    except ShepError as e:
+        return _reply(request, 400 if e.exit_code == 2 else 500, printable(e), back)
+    return _reply(request, 200, message, back)
+
+
+def _decide(state: WebState, decide: Any) -> str:
+    """Record a decision in a runtime of its own, then let the run go on."""
+    runtime = state.new_runtime()
+    try:
+        message = str(decide(runtime))
+        core.resume_decided(runtime)
+        return message
+    finally:
+        runtime.close()
+
+
+async def answer(request: Request) -> Response:
+    state: WebState = request.app.state.web
+    item = _item_id(request)
+
+    def act(fields: dict[str, str]) -> str:
+        actor = core.user_actor(fields.get("as") or None)
+        option = fields.get("option") or None
+        text = fields.get("text", "").strip() or None
+        if (option is None) == (text is None):
+            raise _Refused(400, "Pick one option, or write an answer (one of them).")
+        answered = _decide(
+            state,
+            lambda runtime: core.answer(runtime, item, actor=actor, text=text, option=option),
+        )
+        return printable(f"Answered {item[:8]} as {actor}: {answered}")
+
+    return await _act(request, f"/items/{item}", act)
+
+
+async def reject(request: Request) -> Response:
+    state: WebState = request.app.state.web
+    item = _item_id(request)
+
+    def act(fields: dict[str, str]) -> str:
+        actor = core.user_actor(fields.get("as") or None)
+        reason = fields.get("reason", "").strip()
+        _decide(state, lambda runtime: core.reject(runtime, item, actor=actor, reason=reason))
+        return printable(f"Rejected {item[:8]} as {actor}: its phase runs again with the reason.")
+
+    return await _act(request, f"/items/{item}", act)
+
+
+def _later(command: str) -> Any:
+    def act(fields: dict[str, str]) -> str:
+        raise _Refused(
+            501,
+            f"Not from the page yet (it comes with the reshape of the run's life into the "
+            f"core): run `{command}`.",
+        )
+
+    return act
+
+
+async def approve(request: Request) -> Response:
+    item = _item_id(request)
+    return await _act(request, f"/items/{item}", _later(f"shep approve {item[:8]}"))
+
+
+def _run_ref(request: Request) -> str:
+    run = str(request.path_params["run"])
+    if not run or len(run) > 32 or not all(c in "0123456789abcdef" for c in run):
+        raise _Refused(404, f"No run {run!r}.")
+    return run
+
+
+async def _run_action(request: Request, command: str) -> Response:
+    try:
+        run = _run_ref(request)
+    except _Refused as e:
+        return _reply(request, e.status, str(e), "/")
+    return await _act(request, f"/runs/{run}", _later(command.format(run=run[:8])))
+
+
+async def cancel(request: Request) -> Response:
+    return await _run_action(request, "shep cancel {run}")
+
+
+async def resume(request: Request) -> Response:
+    return await _run_action(request, "shep resume {run}")
+
+
+async def fork(request: Request) -> Response:
+    return await _run_action(request, "shep fork {run} --at CHECKPOINT")
+
+
+async def _item_action(request: Request, handler: Any) -> Response:
+    try:
+        return await handler(request)  # type: ignore[no-any-return]
+    except _Refused as e:
+        return _reply(request, e.status, str(e), "/inbox")
+
+
+async def answer_route(request: Request) -> Response:
+    return await _item_action(request, answer)
+
+
+async def reject_route(request: Request) -> Response:
+    return await _item_action(request, reject)
+
+
+async def approve_route(request: Request) -> Response:
+    return await _item_action(request, approve)
+
+
+ROUTES = [
+    Route("/items/{item}/answer", answer_route, methods=["POST"]),
+    Route("/items/{item}/approve", approve_route, methods=["POST"]),
+    Route("/items/{item}/reject", reject_route, methods=["POST"]),
+    Route("/runs/{run}/cancel", cancel, methods=["POST"]),
+    Route("/runs/{run}/resume", resume, methods=["POST"]),
+    Route("/runs/{run}/fork", fork, methods=["POST"]),
+]

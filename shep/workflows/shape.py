@@ -1,0 +1,105 @@
+"""A workflow's graph as its nodes and edges, for a face to draw: nothing of it runs.
+
+The shape is read from the compiled LangGraph graph itself (``get_graph``), so
+what is drawn is what runs: conditional edges are the routers' declared
+destinations, loops are edges back to an earlier node. The graph is built
+with a kit whose node functions are never called, and compiled without a
+checkpointer. Building imports langgraph (about a second), so a face asks
+for a shape only when it draws one, and keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shep.workflows.base import (
+    AgentStep,
+    ApprovalGate,
+    DeterministicStep,
+    NodeFn,
+    QuestionStep,
+    Workflow,
+)
+
+#: LangGraph's names for the graph's entry and exit.
+START = "__start__"
+END = "__end__"
+
+
+@dataclass(frozen=True)
+class ShapeNode:
+    """A node: its name, its kind (agent, step, question, gate; start and end for the
+    graph's entry and exit) and its title.
+    """
+
+    name: str
+    kind: str
+    title: str
+
+
+@dataclass(frozen=True)
+class ShapeEdge:
+    """An edge; ``conditional``: a router chooses it (one of the router's destinations)."""
+
+    source: str
+    target: str
+    conditional: bool
+
+
+@dataclass(frozen=True)
+class GraphShape:
+    """The nodes in the order the workflow declares them, and every edge."""
+
+    nodes: tuple[ShapeNode, ...]
+    edges: tuple[ShapeEdge, ...]
+
+
+def _inert(_state: Any) -> dict[str, Any]:
+    raise RuntimeError("a workflow's shape is drawn, never run")
+
+
+class _InertKit:
+    """Node functions that are never called: the graph is only compiled to be read."""
+
+    def agent(self, step: AgentStep) -> NodeFn:
+        return _inert
+
+    def deterministic(self, step: DeterministicStep) -> NodeFn:
+        return _inert
+
+    def question(self, step: QuestionStep) -> NodeFn:
+        return _inert
+
+    def gate(self, step: ApprovalGate) -> NodeFn:
+        return _inert
+
+
+_KINDS: dict[type[Any], str] = {
+    AgentStep: "agent",
+    DeterministicStep: "step",
+    QuestionStep: "question",
+    ApprovalGate: "gate",
+}
+
+
+def workflow_shape(workflow: Workflow) -> GraphShape:
+    """The nodes and edges of ``workflow``'s compiled graph (imports langgraph)."""
+    drawn = workflow.build(_InertKit()).compile().get_graph()
+    steps = {step.name: step for step in workflow.steps}
+    nodes = []
+    for name in drawn.nodes:
+        step = steps.get(name)
+        if name == START:
+            nodes.append(ShapeNode(name, "start", "start"))
+        elif name == END:
+            nodes.append(ShapeNode(name, "end", "end"))
+        elif step is not None:
+            nodes.append(ShapeNode(name, _KINDS.get(type(step), "step"), step.title))
+        else:
+            nodes.append(ShapeNode(name, "step", name))
+    edges = tuple(
+        ShapeEdge(str(edge.source), str(edge.target), bool(edge.conditional))
+        for edge in drawn.edges
+    )
+    return GraphShape(tuple(nodes), edges)
