@@ -227,7 +227,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.cli.run shep.runs.inbox_watch shep.home.runtime shep.supervisor.start",
         "shep.cli.supervisor shep.supervisor.whatif",
         "shep.features.start shep.workflows shep.workflows.feature shep.workflows.feature_steps",
-        "shep.git shep.git.worktree",
         "shep.replay.builder shep.replay.frames",
     },
     "arrows": {
@@ -249,7 +248,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
         "shep.cli.settings",
-        "shep.git",
         "shep.workflows.feature_steps",
     },
     "private": {

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.errors import GitError
-from shep.git import describe_files, dirty_files, repo_root, resolve_commit, same_path, worktrees
 from shep.git.command import (
     NETWORK_TIMEOUT,
     Checkout,
@@ -30,6 +29,14 @@ from shep.git.command import (
     reason,
     run_git,
     run_git_as_author,
+)
+from shep.git.repo import (
+    describe_files,
+    dirty_files,
+    repo_root,
+    resolve_commit,
+    same_path,
+    worktrees,
 )
 
 

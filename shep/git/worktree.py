@@ -98,10 +98,10 @@ def feature_checkout(
     recorded = inputs.get("git_dir", "")
     if recorded:
         return Checkout(path, Path(recorded), hooks=hooks, drivers=drivers)
-    from shep import git
+    from shep.git.branches import worktree_git_dir
 
     source = inputs.get("source_repo", "")
-    found = git.worktree_git_dir(source, path) if source else None
+    found = worktree_git_dir(source, path) if source else None
     if found is None:
         raise GitError(
             f"{path} is not a worktree of {source or 'the source repository'} any more "
