@@ -47,7 +47,6 @@ import msgspec
 
 from events.audit import open_log, run_in_log, table_exists
 from events.base import utc_now
-from events.catalog import topic_of
 from events.chain import GENESIS_HASH
 from events.errors import (
     RunNotFoundError,
@@ -55,19 +54,32 @@ from events.errors import (
     StoreCorruptedError,
 )
 from events.inbox import (
-    ApprovalGranted,
-    ApprovalRejected,
-    ApprovalRequested,
-    ApprovalVoted,
-    QuestionAnswered,
-    QuestionAsked,
     notification_stream_id,
 )
 from events.sqlite_file import store_error
 from events.supervisor import (
-    SupervisorDecisionMade,
-    SupervisorDecisionRefused,
     supervisor_stream_id,
+)
+from shep.audit.format import (
+    APPROVAL_REQUESTED,
+    ASKED,
+    AUDITED,
+    CSV_COLUMNS,
+    DECIDED,
+    DETAIL_FIELDS,
+    FORMAT,
+    GATE_DECIDED,
+    GENESIS_HEX,
+    KINDS,
+    SUPERVISED,
+    VERDICTS,
+    Asked,
+    Json,
+    about,
+    asked_of,
+    canonical,
+    hex_id,
+    item_of,
 )
 
 if TYPE_CHECKING:
@@ -90,47 +102,6 @@ __all__ = [
     "write_jsonl",
 ]
 
-FORMAT = "shep-audit-export/1"
-KINDS = ("all", "decisions", "approvals")
-#: Fields of a decision's event that ``write_csv`` gives columns of their own (the JSONL
-#: line has them in ``event``): the supervisor's evidence, whether the decision decided the
-#: item, the decision a user's replaced, a cosigned approval's other approver, and who had
-#: decided an item the supervisor could not decide.
-DETAIL_FIELDS = (
-    "model", "confidence", "rules", "acted", "advice", "overrides", "cosigned_by", "decided_by",
-)  # fmt: skip
-#: The columns of ``write_csv``, in order.
-CSV_COLUMNS = (
-    "position", "at", "stream", "version", "topic", "run", "item", "node", "actor", "verdict",
-    "answer", "reason", "policy", "prompt_version", "seen_hash", "chain_hash", *DETAIL_FIELDS,
-)  # fmt: skip
-
-_QUESTION_ASKED = topic_of(QuestionAsked)
-_APPROVAL_REQUESTED = topic_of(ApprovalRequested)
-_ASKED = (_QUESTION_ASKED, _APPROVAL_REQUESTED)
-_SUPERVISOR_MADE = topic_of(SupervisorDecisionMade)
-_SUPERVISOR_REFUSED = topic_of(SupervisorDecisionRefused)
-#: Decisions on the supervisor's stream of a run: their item is their ``subject_id``.
-_SUPERVISED = (_SUPERVISOR_MADE, _SUPERVISOR_REFUSED)
-#: Every decision's topic and its verdict (None: the event's own ``decision``).
-_VERDICTS: dict[str, str | None] = {
-    topic_of(QuestionAnswered): "answered",
-    topic_of(ApprovalGranted): "approved",
-    topic_of(ApprovalRejected): "rejected",
-    topic_of(ApprovalVoted): "vote",
-    _SUPERVISOR_MADE: None,
-    _SUPERVISOR_REFUSED: "refused",
-}
-_DECIDED = tuple(_VERDICTS)
-_AUDITED = frozenset((*_ASKED, *_DECIDED))
-#: Decisions on a gate's own stream.
-_GATE_DECIDED = (topic_of(ApprovalGranted), topic_of(ApprovalRejected), topic_of(ApprovalVoted))
-#: What the inbox shows a decider of each kind of item: ``seen_hash`` covers these fields.
-_SEEN_FIELDS = {
-    _QUESTION_ASKED: ("question", "choices", "options", "context", "free_text", "deadline"),
-    _APPROVAL_REQUESTED: ("summary", "phase", "artifacts"),
-}
-_GENESIS_HEX = GENESIS_HASH.hex()
 #: Cells a spreadsheet would read as a formula (OWASP, CSV injection).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _FLUSH_LINES = 256
@@ -206,140 +177,6 @@ class ExportSummary:
     lines_sha256: str
 
 
-class _Json:
-    """Decoding that notes floats, and the canonical encoding.
-
-    msgspec writes what ``json.dumps(sort_keys=True)`` writes, several times
-    faster, except for some floats (``1e16`` against ``1e+16``): a value that
-    held a float is encoded with ``json.dumps`` instead.
-    """
-
-    def __init__(self) -> None:
-        self.floats = False
-        self._decoder = msgspec.json.Decoder(float_hook=self._float)
-        #: The canonical encoding of a value that holds no float.
-        self.encode_sorted = msgspec.json.Encoder(order="sorted").encode
-
-    def _float(self, text: str) -> float:
-        self.floats = True
-        return float(text)
-
-    def decode(self, data: bytes) -> Any:
-        return self._decoder.decode(data)
-
-    def encode(self, value: Any, *, floats: bool) -> bytes:
-        if floats:
-            return json.dumps(
-                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-            ).encode()
-        return self.encode_sorted(value)
-
-
-def canonical(value: Any) -> bytes:
-    """The canonical JSON of ``value``: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _hex_id(value: Any) -> str | None:
-    """A UUID as the log stores stream ids (32 hex digits)."""
-    return value.replace("-", "") if isinstance(value, str) else None
-
-
-#: An item's run, node, ``seen_hash`` and prompt version, from its question or gate.
-Asked = tuple[str | None, str | None, str, str | None]
-
-
-def _asked(topic: str, event: Any) -> Asked:
-    """An item's run, node, ``seen_hash`` and prompt version, from its question or gate."""
-    if not isinstance(event, dict):
-        return None, None, hashlib.sha256(canonical(None)).hexdigest(), None
-    seen = {key: event[key] for key in _SEEN_FIELDS[topic] if key in event}
-    node = event.get("node")
-    version = event.get("prompt_version")
-    return (
-        _hex_id(event.get("run_id")),
-        node if isinstance(node, str) else None,
-        hashlib.sha256(canonical(seen)).hexdigest(),
-        version if isinstance(version, str) else None,
-    )
-
-
-def _item_of(topic: str, stream: str, event: Any) -> str | None:
-    """The question or gate an event is about: its stream, or a supervisor decision's subject."""
-    if topic in _SUPERVISED:
-        return _hex_id(event.get("subject_id")) if isinstance(event, dict) else None
-    return stream
-
-
-def _about(topic: str, stream: str, event: Any, asked: Asked | None) -> dict[str, Any]:
-    """The audit fields of a question, a gate, or a decision (``asked``: its item's)."""
-    fields = event if isinstance(event, dict) else {}
-    if topic in _SUPERVISED:
-        return _about_supervisor(topic, fields, asked)
-    about: dict[str, Any] = {"item": stream}
-    if topic in _ASKED:
-        asked = _asked(topic, event)
-    else:
-        about["actor"] = fields.get("actor")
-        about["verdict"] = verdict = _VERDICTS[topic]
-        if verdict == "answered":
-            about["answer"] = fields.get("answer")
-        else:
-            about["reason"] = fields.get("rationale", "")
-    run, node, seen, prompt_version = asked or (None, None, None, None)
-    run = _hex_id(fields.get("run_id")) or run
-    node = fields.get("node") or node
-    if run is not None:
-        about["run"] = run
-    if node is not None:
-        about["node"] = node
-    if seen is not None:
-        about["seen_hash"] = seen
-    if fields.get("policy") is not None:
-        about["policy"] = fields["policy"]
-    prompt_version = fields.get("prompt_version") or prompt_version
-    if prompt_version is not None:
-        about["prompt_version"] = prompt_version
-    return about
-
-
-def _about_supervisor(topic: str, fields: dict[str, Any], asked: Asked | None) -> dict[str, Any]:
-    """A supervisor decision's audit fields, from the event alone but for its item's node.
-
-    Its actor and policy are its policy version (``supervisor:global@3``); its
-    ``seen_hash`` is the sha256 of exactly what it decided on (``input_hash``),
-    not of what the inbox shows a person. A refused decision (a user decided
-    first) has the verdict ``refused``; who decided is in the event.
-    """
-    version = fields.get("policy_version")
-    about: dict[str, Any] = {
-        "actor": f"supervisor:{version}" if isinstance(version, str) else "supervisor"
-    }
-    item = _hex_id(fields.get("subject_id"))
-    if item is not None:
-        about["item"] = item
-    if topic == _SUPERVISOR_REFUSED:
-        about["verdict"] = "refused"
-        about["reason"] = fields.get("reason", "")
-    else:
-        about["verdict"] = fields.get("decision")
-        about["reason"] = fields.get("rationale", "")
-        if fields.get("answer") is not None:
-            about["answer"] = fields["answer"]
-        if isinstance(fields.get("input_hash"), str) and fields["input_hash"]:
-            about["seen_hash"] = fields["input_hash"]
-        if fields.get("prompt_version") is not None:
-            about["prompt_version"] = fields["prompt_version"]
-    run = _hex_id(fields.get("run_id"))
-    if run is not None:
-        about["run"] = run
-    if asked is not None and asked[1] is not None:
-        about["node"] = asked[1]
-    if version is not None:
-        about["policy"] = version
-    return about
-
-
 # --- reading the store ---------------------------------------------------------------------
 
 _ORDER = " ORDER BY e.notification_id"
@@ -375,7 +212,7 @@ class _Selection:
     def __init__(self, conn: apsw.Connection, flt: ExportFilter) -> None:
         self.conn = conn
         self.flt = flt
-        self.json = _Json()
+        self.json = Json()
         has_log = table_exists(conn, "stored_events")
         head = (
             conn.execute(
@@ -387,7 +224,7 @@ class _Selection:
         )
         self.has_log = has_log
         self.head_position: int = head[0] if head else 0
-        self.head_hash: str = bytes(head[1]).hex() if head else _GENESIS_HEX
+        self.head_hash: str = bytes(head[1]).hex() if head else GENESIS_HEX
         self.run: str | None = (
             run_in_log(self.conn, flt.run_id) if flt.run_id is not None and has_log else None
         )
@@ -411,7 +248,7 @@ class _Selection:
         streams = [run, supervisor_stream_id(run_uuid).hex]
         owner = msgspec.json.Decoder(_RunOf)
         for stream, state in self.conn.execute(
-            "SELECT originator_id, state FROM stored_events WHERE topic IN (?, ?)", _ASKED
+            "SELECT originator_id, state FROM stored_events WHERE topic IN (?, ?)", ASKED
         ):
             with suppress(ValueError, TypeError):
                 if owner.decode(state).run_id == run_uuid:
@@ -461,16 +298,16 @@ class _Selection:
                 "event": event,
                 "at": at,
             }
-            if topic in _AUDITED:
+            if topic in AUDITED:
                 floats = codec.floats
-                ask = self._ask_of(_item_of(topic, stream, event), topic)
+                ask = self._ask_of(item_of(topic, stream, event), topic)
                 if (
-                    topic in _SUPERVISED
+                    topic in SUPERVISED
                     and gates_only
-                    and (ask is None or ask[0] != _APPROVAL_REQUESTED)
+                    and (ask is None or ask[0] != APPROVAL_REQUESTED)
                 ):
                     continue  # --kind approvals: the supervisor's decisions on gates only
-                record.update(_about(topic, stream, event, ask[1] if ask else None))
+                record.update(about(topic, stream, event, ask[1] if ask else None))
                 codec.floats = floats
             yield record, codec.floats
 
@@ -484,11 +321,11 @@ class _Selection:
         if self.flt.kind != "all":
             # --kind approvals: the supervisor's decisions on questions are left out as read.
             gates = self.flt.kind == "approvals"
-            decided = (*_GATE_DECIDED, *_SUPERVISED) if gates else _DECIDED
-            asked = (_APPROVAL_REQUESTED,) if gates else _ASKED
-            own = _GATE_DECIDED if gates else tuple(t for t in _DECIDED if t not in _SUPERVISED)
+            decided = (*GATE_DECIDED, *SUPERVISED) if gates else DECIDED
+            asked = (APPROVAL_REQUESTED,) if gates else ASKED
+            own = GATE_DECIDED if gates else tuple(t for t in DECIDED if t not in SUPERVISED)
             where.append(_OF_KIND)
-            params += [json.dumps(t) for t in (decided, asked, own, _SUPERVISED)]
+            params += [json.dumps(t) for t in (decided, asked, own, SUPERVISED)]
         if not where:
             # Every row: each one's predecessor is the row read before it.
             return self.conn.execute(_SELECT_ALL)
@@ -507,17 +344,17 @@ class _Selection:
 
     def _ask_of(self, item: str | None, topic: str) -> tuple[str, Asked | None] | None:
         """A decision's item: the topic of its question or gate, and what was asked there."""
-        if topic in _ASKED or item is None:
+        if topic in ASKED or item is None:
             return None
         row = self.conn.execute(
             "SELECT topic, state FROM stored_events WHERE originator_id = ? "
             "AND originator_version = 1",
             (item,),
         ).fetchone()
-        if row is None or row[0] not in _ASKED:
+        if row is None or row[0] not in ASKED:
             return None
         try:
-            return row[0], _asked(row[0], self.json.decode(row[1]))
+            return row[0], asked_of(row[0], self.json.decode(row[1]))
         except (ValueError, TypeError):
             return row[0], None
 
@@ -660,9 +497,9 @@ def write_csv(db_path: str | Path, flt: ExportFilter, out: TextIO) -> int:
     for record in iter_export(db_path, flt):
         event = record["event"] if isinstance(record["event"], dict) else {}
         row = dict(record)
-        row.setdefault("run", _hex_id(event.get("run_id")))
+        row.setdefault("run", hex_id(event.get("run_id")))
         row.setdefault("node", event.get("node"))
-        if record["topic"] in _VERDICTS:
+        if record["topic"] in VERDICTS:
             row.update({key: _detail(event.get(key)) for key in DETAIL_FIELDS})
         writer.writerow([_cell(row.get(column)) for column in CSV_COLUMNS])
         count += 1

@@ -17,17 +17,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 from events.chain import chain_hash
 from events.words import counted
-from shep.audit.export import (
-    _ASKED,
-    _GENESIS_HEX,
-    _VERDICTS,
+from shep.audit.format import (
+    ASKED,
     FORMAT,
+    GENESIS_HEX,
     KINDS,
+    VERDICTS,
     Asked,
-    _about,
-    _asked,
-    _item_of,
-    _Json,
+    Json,
+    about,
+    asked_of,
+    item_of,
 )
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ _ABOUT_KEYS = frozenset(
     {"actor", "item", "run", "node", "verdict", "reason", "answer", "seen_hash", "policy"}
     | {"prompt_version"}
 )
-#: Keys a decision line takes from the item's question or gate (``_about``).
+#: Keys a decision line takes from the item's question or gate (``about``).
 _FROM_ASK = frozenset({"run", "node", "seen_hash", "prompt_version"})
 _START_KEYS = frozenset({"type", "format", "head_position", "head_hash", "filter", "exported_at"})
 _END_KEYS = frozenset(
@@ -91,7 +91,7 @@ class _Verifier:
     """One pass over an export; ``_Problem`` names what is wrong with the current line."""
 
     def __init__(self, anchor_position: int | None) -> None:
-        self.json = _Json()
+        self.json = Json()
         self.anchor_position = anchor_position
         self.anchor_hash: str | None = None
         self.start: dict[str, Any] | None = None
@@ -167,7 +167,7 @@ class _Verifier:
         if self.last is not None and position <= self.last:
             raise _Problem(f"position {position} comes after position {self.last} (out of order)")
         follows = position == (self.last or 0) + 1
-        if follows and self.last is None and value["prev_hash"] != _GENESIS_HEX:
+        if follows and self.last is None and value["prev_hash"] != GENESIS_HEX:
             raise _Problem("position 1 does not start from the genesis hash")
         if follows and self.last is not None and value["prev_hash"] != self.last_hash:
             raise _Problem(f"prev_hash is not the chain hash of position {self.last} before it")
@@ -211,13 +211,13 @@ class _Verifier:
         if value["at"] != at:
             raise _Problem("at differs from the event's timestamp")
         given = {key: value[key] for key in _ABOUT_KEYS if key in value}
-        if topic not in _VERDICTS and topic not in _ASKED:
+        if topic not in VERDICTS and topic not in ASKED:
             if given:
                 raise _Problem(f"{sorted(given)} on an event that is no question or decision")
             return
-        asked = self.asks.get(_item_of(topic, stream, event) or stream)
-        expected = _about(topic, stream, event, asked)
-        if asked is None and topic in _VERDICTS:
+        asked = self.asks.get(item_of(topic, stream, event) or stream)
+        expected = about(topic, stream, event, asked)
+        if asked is None and topic in VERDICTS:
             # The question or gate is not in this export: what came from it cannot be checked.
             for key in _FROM_ASK - expected.keys():
                 if key in given and not isinstance(given[key], str):
@@ -229,8 +229,8 @@ class _Verifier:
                 k for k in given.keys() | expected.keys() if given.get(k) != expected.get(k)
             )
             raise _Problem(f"{', '.join(wrong)} differ from what the event says")
-        if topic in _ASKED:
-            self.asks[stream] = _asked(topic, event)
+        if topic in ASKED:
+            self.asks[stream] = asked_of(topic, event)
 
     def check_end(self, value: dict[str, Any], line: int, offset: int) -> None:
         """Check the export-end line against the lines before it.
@@ -384,7 +384,7 @@ def _position_of(verifier: _Verifier, raw: bytes, rest: IO[bytes]) -> int | None
     line cut in two by a new newline is read on into the next line.
     """
     follows = (verifier.last or 0) + 1
-    linked = verifier.last_hash if verifier.last is not None else _GENESIS_HEX
+    linked = verifier.last_hash if verifier.last is not None else GENESIS_HEX
 
     def found(text: bytes) -> int | None:
         both = _RAW_BOTH.search(text)
