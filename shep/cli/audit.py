@@ -187,7 +187,7 @@ class BundleInvalidError(ChainBrokenError):
 
 def _verify_bundle(path: Path) -> None:
     # Written by the bundle's own module; imported only here (it may pull in more).
-    from shep.audit.bundle import verify_bundle
+    from shep.audit.bundle_verify import verify_bundle
     from shep.audit.export import MissingFileError
 
     if not path.is_file():  # a name that names nothing is bad input, not tampering

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from prompt_toolkit.layout import Layout, Window
     from prompt_toolkit.output import Output
 
-    from shep.audit.bundle import BundleReport
+    from shep.audit.bundle_verify import BundleReport
 
 #: The frame list's width on a screen wide enough for it.
 _TIMELINE = 26

@@ -41,7 +41,7 @@ from shep.replay.state import decode_typed
 if TYPE_CHECKING:
     import apsw
 
-    from shep.audit.bundle import BundleReport
+    from shep.audit.bundle_verify import BundleReport
 
 #: Told the report of a bundle that verified, before anything of it is shown.
 OnVerified = Callable[["BundleReport"], None]
@@ -277,7 +277,7 @@ def read_bundle(
     from binascii import a2b_base64
     from pathlib import Path
 
-    from shep.audit.bundle import verify_bundle
+    from shep.audit.bundle_verify import verify_bundle
 
     name = os.fspath(path)
     _check_is_bundle(name)

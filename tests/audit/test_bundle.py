@@ -30,9 +30,9 @@ from shep.audit.bundle import (
     BundleSigningError,
     fingerprint,
     pae,
-    verify_bundle,
     write_bundle,
 )
+from shep.audit.bundle_verify import verify_bundle
 from shep.audit.export import ExportFilter
 from tests.audit.test_otlp import MERGE_COMMIT, History, build_history
 
