@@ -242,7 +242,6 @@ KNOWN: dict[str, set[str]] = {
     "sizes": {
         "events.sqlite",
         "shep.agents.demo",
-        "shep.audit.otlp",
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
         "shep.cli.settings",

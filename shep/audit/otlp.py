@@ -14,7 +14,7 @@ the lines of its own signal.
   run still going when the export was taken ends at its last exported event.
 - Each node execution (every iteration and attempt) is a child span, from its
   ``NodeStarted`` to its ``NodeCompleted`` or ``NodeFailed``. Agent nodes follow
-  the GenAI agent conventions (``invoke_agent`` spans) of ``SEMCONV_VERSION``.
+  the GenAI agent conventions (``invoke_agent`` spans) of ``wire.SEMCONV_VERSION``.
 - Decisions (answered, approved, rejected; the supervisor's, made or refused;
   users' cosign votes) are log records whose trace and span ids are those of
   the run and of the node span that asked.
@@ -30,32 +30,20 @@ out in batches.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 from uuid import UUID
 
-import msgspec
-
-from shep import __version__
+from shep.audit import otlp_wire as wire
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from shep.audit.export import ExportFilter
 
-#: The OpenTelemetry semantic-conventions release the attributes follow (GenAI agent spans:
-#: ``gen_ai.provider.name``, as renamed from ``gen_ai.system`` in this release).
-SEMCONV_VERSION = "1.37.0"
-SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
-#: The instrumentation scope named in every request.
-SCOPE_NAME = "shep.audit"
-
 OtlpSignal = Literal["traces", "logs"]
 ALL_SIGNALS: frozenset[OtlpSignal] = frozenset({"traces", "logs"})
-
 #: ``gen_ai.provider.name`` for agent types whose provider is fixed; other agents (aider,
 #: opencode, ... choose a provider per configuration) report their type as a custom value.
 PROVIDERS: Mapping[str, str] = {
@@ -63,16 +51,9 @@ PROVIDERS: Mapping[str, str] = {
     "codex": "openai",
     "gemini-cli": "gcp.gemini",
 }
-
-_SPAN_KIND_INTERNAL = 1
-_STATUS_ERROR = 2
-_SEVERITY_INFO = 9
 _LOG_BATCH = 256
 #: How many decided items' asks are kept for the decisions that may follow theirs.
 _DECIDED_KEPT = 4096
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
 _FINAL = {"RunCompleted": "completed", "RunFailed": "failed", "RunCancelled": "cancelled"}
 #: Decisions that decide their item (its ask is then forgotten), and the others.
 _ITEM_DECISIONS = {"QuestionAnswered", "ApprovalGranted", "ApprovalRejected"}
@@ -90,7 +71,6 @@ _VERDICTS = {
     "SupervisorDecisionRefused": "refused",
 }
 _ASKS = {"QuestionAsked", "ApprovalRequested"}
-_encode = msgspec.json.Encoder().encode
 
 
 def write_otlp(
@@ -126,52 +106,6 @@ def write_otlp_records(
         writer.add(record)
     writer.finish()
     return writer.lines
-
-
-def trace_id(run_id: UUID) -> str:
-    """The trace id of a run: its 16 bytes, in hex."""
-    return run_id.hex
-
-
-def run_span_id(run_id: UUID) -> str:
-    """The root span id of a run's trace."""
-    return _span_id(run_id, "run")
-
-
-def node_span_id(run_id: UUID, node: str, iteration: int, attempt: int) -> str:
-    """The span id of one execution of a node (its iteration and attempt)."""
-    return _span_id(run_id, f"node\0{node}\0{iteration}\0{attempt}")
-
-
-def _span_id(run_id: UUID, key: str) -> str:
-    digest = hashlib.sha256(run_id.bytes + b"\0" + key.encode()).digest()
-    # An all-zero span id is invalid in OTLP; 2**-64 odds, but say what happens then.
-    return (digest[:8] if any(digest[:8]) else digest[8:16]).hex()
-
-
-def unix_nanos(at: str) -> int:
-    """An ISO 8601 time (timezone-aware, or UTC) in nanoseconds since the epoch, exactly."""
-    when = datetime.fromisoformat(at)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return ((when - _EPOCH) // _MICROSECOND) * 1000
-
-
-def _attribute(key: str, value: object) -> dict[str, Any]:
-    if isinstance(value, bool):
-        wrapped: dict[str, Any] = {"boolValue": value}
-    elif isinstance(value, int):
-        wrapped = {"intValue": str(value)}
-    elif isinstance(value, float):
-        wrapped = {"doubleValue": value}
-    else:
-        wrapped = {"stringValue": str(value)}
-    return {"key": key, "value": wrapped}
-
-
-def _attributes(values: Mapping[str, object]) -> list[dict[str, Any]]:
-    """OTLP key-values for the values that are known (None is left out)."""
-    return [_attribute(k, v) for k, v in values.items() if v is not None]
 
 
 @dataclass
@@ -242,12 +176,12 @@ class _OtlpWriter:
 
     def _run_event(self, record: Mapping[str, Any], name: str) -> None:
         event: Mapping[str, Any] = record.get("event") or {}
-        stream = _stream_hex(record["stream"])
+        stream = wire.stream_hex(record["stream"])
         if stream in self.ended:
             # After a run's trace was written (a fork of it, its worktree removed): its
             # span is closed, and a second root span would duplicate its id.
             return
-        at = _time_of(record)
+        at = wire.time_of(record)
         position = int(record["position"])
         trace = self.runs.get(stream)
         if trace is None:
@@ -257,7 +191,7 @@ class _OtlpWriter:
             return  # a failed run's fork or worktree removal: after its span's end
         trace.last = max(trace.last, at)
         trace.last_position = position
-        shown = _span_event(name, event, at, position)
+        shown = wire.span_event(name, event, at, position)
         if shown is not None:
             trace.events.append(shown)
         if name == "RunCreated":
@@ -322,11 +256,13 @@ class _OtlpWriter:
             self._close_node(trace, trace.open_nodes.pop(node), at, position, restarted)
         iteration = int(event.get("iteration") or 1)
         attempt = int(event.get("attempt") or 1)
-        span_id = node_span_id(trace.run_id, node, iteration, attempt)
+        span_id = wire.node_span_id(trace.run_id, node, iteration, attempt)
         if span_id in trace.used_ids:
             # The same execution numbered twice (a history written before attempts were
             # remembered): the log position keeps the span id unique and still stable.
-            span_id = _span_id(trace.run_id, f"node\0{node}\0{iteration}\0{attempt}\0{position}")
+            span_id = wire.span_id(
+                trace.run_id, f"node\0{node}\0{iteration}\0{attempt}\0{position}"
+            )
         trace.used_ids.add(span_id)
         trace.open_nodes[node] = _NodeSpan(
             span_id, node, str(event.get("kind") or "agent"), iteration, attempt, at, position
@@ -410,16 +346,16 @@ class _OtlpWriter:
         if name == "NodeFailed":
             values["error.type"] = str(end.get("error_type") or "_OTHER")
             values["shep.node.retryable"] = end.get("retryable")
-            status = {"code": _STATUS_ERROR, "message": str(end.get("message") or "")}
+            status = {"code": wire.STATUS_ERROR, "message": str(end.get("message") or "")}
         label = f"invoke_agent {node.node}" if node.kind == "agent" else f"{node.kind} {node.node}"
-        return _span(
-            trace_id=trace_id(trace.run_id),
+        return wire.span(
+            trace_id=wire.trace_id(trace.run_id),
             span_id=node.span_id,
-            parent=run_span_id(trace.run_id),
+            parent=wire.run_span_id(trace.run_id),
             name=label,
             start=node.start,
             end=at,
-            attributes=_attributes(values),
+            attributes=wire.attributes(values),
             status=status,
         )
 
@@ -450,9 +386,9 @@ class _OtlpWriter:
             origin_id = UUID(str(origin))
             links.append(
                 {
-                    "traceId": trace_id(origin_id),
-                    "spanId": run_span_id(origin_id),
-                    "attributes": _attributes(
+                    "traceId": wire.trace_id(origin_id),
+                    "spanId": wire.run_span_id(origin_id),
+                    "attributes": wire.attributes(
                         {"shep.fork.checkpoint_id": created.get("origin_checkpoint_id")}
                     ),
                 }
@@ -460,15 +396,15 @@ class _OtlpWriter:
         status = None
         if trace.error is not None:
             values["error.type"] = trace.error[0]
-            status = {"code": _STATUS_ERROR, "message": trace.error[1]}
-        root = _span(
-            trace_id=trace_id(trace.run_id),
-            span_id=run_span_id(trace.run_id),
+            status = {"code": wire.STATUS_ERROR, "message": trace.error[1]}
+        root = wire.span(
+            trace_id=wire.trace_id(trace.run_id),
+            span_id=wire.run_span_id(trace.run_id),
             parent=None,
             name=f"run {workflow}" if workflow else "run",
             start=trace.start,
             end=at,
-            attributes=_attributes(values),
+            attributes=wire.attributes(values),
             status=status,
             events=trace.events,
             links=links,
@@ -477,15 +413,15 @@ class _OtlpWriter:
             {
                 "resourceSpans": [
                     {
-                        "resource": _resource(),
+                        "resource": wire.resource(),
                         "scopeSpans": [
                             {
-                                "scope": _scope(),
+                                "scope": wire.scope(),
                                 "spans": [root, *trace.spans],
-                                "schemaUrl": SCHEMA_URL,
+                                "schemaUrl": wire.SCHEMA_URL,
                             }
                         ],
-                        "schemaUrl": SCHEMA_URL,
+                        "schemaUrl": wire.SCHEMA_URL,
                     }
                 ]
             }
@@ -521,14 +457,16 @@ class _OtlpWriter:
         answer = record.get("answer") or event.get("answer") or None
         if not self.logs:
             return
-        at = _time_of(record)
+        at = wire.time_of(record)
         log: dict[str, Any] = {
             "timeUnixNano": str(at),
             "observedTimeUnixNano": str(at),
-            "severityNumber": _SEVERITY_INFO,
+            "severityNumber": wire.SEVERITY_INFO,
             "severityText": "INFO",
-            "body": {"stringValue": verdict_line(verdict, actor, answer=answer, reason=reason)},
-            "attributes": _attributes(
+            "body": {
+                "stringValue": wire.verdict_line(verdict, actor, answer=answer, reason=reason)
+            },
+            "attributes": wire.attributes(
                 {
                     "shep.decision.verdict": verdict,
                     "shep.decision.actor": actor,
@@ -541,14 +479,14 @@ class _OtlpWriter:
                     "shep.decision.policy": record.get("policy") or event.get("policy"),
                     "shep.decision.prompt_version": record.get("prompt_version"),
                     "shep.decision.seen_hash": record.get("seen_hash"),
-                    **_details(event),
+                    **wire.details(event),
                     "shep.log.position": int(record["position"]),
                     "shep.log.chain_hash": record.get("chain_hash"),
                 }
             ),
         }
         if run_id is not None:
-            log["traceId"] = trace_id(run_id)
+            log["traceId"] = wire.trace_id(run_id)
             span = self._asking_span(run_id, str(node) if node else None, asked)
             if span is not None:
                 log["spanId"] = span
@@ -564,7 +502,7 @@ class _OtlpWriter:
         if trace is not None and node is not None and node in trace.open_nodes:
             return trace.open_nodes[node].span_id
         if asked is not None:
-            return node_span_id(run_id, asked[1], asked[2], 1)
+            return wire.node_span_id(run_id, asked[1], asked[2], 1)
         return None
 
     def _flush_logs(self) -> None:
@@ -575,128 +513,20 @@ class _OtlpWriter:
             {
                 "resourceLogs": [
                     {
-                        "resource": _resource(),
+                        "resource": wire.resource(),
                         "scopeLogs": [
-                            {"scope": _scope(), "logRecords": batch, "schemaUrl": SCHEMA_URL}
+                            {
+                                "scope": wire.scope(),
+                                "logRecords": batch,
+                                "schemaUrl": wire.SCHEMA_URL,
+                            }
                         ],
-                        "schemaUrl": SCHEMA_URL,
+                        "schemaUrl": wire.SCHEMA_URL,
                     }
                 ]
             }
         )
 
     def _write(self, request: dict[str, Any]) -> None:
-        self.out.write(_encode(request) + b"\n")
+        self.out.write(wire.encode(request) + b"\n")
         self.lines += 1
-
-
-def _details(event: Mapping[str, Any]) -> dict[str, object]:
-    """A decision's ``DETAIL_FIELDS`` (the supervisor's evidence, overrides, cosigning, who
-    decided first) as ``shep.decision.*`` attributes; ``rules`` as canonical JSON text."""
-    from shep.audit.export import DETAIL_FIELDS, canonical
-
-    details: dict[str, object] = {}
-    for key in DETAIL_FIELDS:
-        value = event.get(key)
-        if isinstance(value, list | dict):
-            value = canonical(value).decode()
-        details[f"shep.decision.{key}"] = value
-    return details
-
-
-def verdict_line(verdict: str, actor: str, *, answer: str | None, reason: str | None) -> str:
-    """A decision in one line: ``approved by user:alice: looks fine``."""
-    said = f"answered {answer!r}" if verdict in ("answered", "answer") and answer else verdict
-    line = f"{said} by {actor}" if actor else said
-    return f"{line}: {reason}" if reason else line
-
-
-def _stream_hex(stream: object) -> str:
-    """A stream id as the log stores it (32 hex digits), whatever form it came in."""
-    text = str(stream)
-    return text if len(text) == 32 else UUID(text).hex
-
-
-def _time_of(record: Mapping[str, Any]) -> int:
-    at = record.get("at") or (record.get("event") or {}).get("timestamp")
-    return unix_nanos(str(at))
-
-
-def _span(
-    *,
-    trace_id: str,
-    span_id: str,
-    parent: str | None,
-    name: str,
-    start: int,
-    end: int,
-    attributes: list[dict[str, Any]],
-    status: dict[str, Any] | None,
-    events: list[dict[str, Any]] | None = None,
-    links: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    span: dict[str, Any] = {"traceId": trace_id, "spanId": span_id}
-    if parent is not None:
-        span["parentSpanId"] = parent
-    span.update(
-        {
-            "name": name,
-            "kind": _SPAN_KIND_INTERNAL,
-            "startTimeUnixNano": str(start),
-            "endTimeUnixNano": str(max(start, end)),
-            "attributes": attributes,
-        }
-    )
-    if events:
-        span["events"] = events
-    if links:
-        span["links"] = links
-    if status is not None:
-        span["status"] = status
-    return span
-
-
-#: Run events shown as events of the run's span, and the attributes they carry.
-_SPAN_EVENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
-    "RunStarted": (
-        "shep.run.started",
-        {"process.pid": "pid", "host.name": "host", "shep.worker.epoch": "epoch"},
-    ),
-    "RunResumed": (
-        "shep.run.resumed",
-        {"process.pid": "pid", "host.name": "host", "shep.worker.epoch": "epoch"},
-    ),
-    "RunSuspended": ("shep.run.suspended", {"shep.approval": "approval"}),
-    "RunInterrupted": ("shep.run.interrupted", {"shep.reason": "reason"}),
-    "RunCancelled": ("shep.run.cancelled", {"shep.cancelled_by": "cancelled_by"}),
-    "RunFailed": ("shep.run.failed", {"error.type": "error_type", "shep.message": "message"}),
-    "RunForked": (
-        "shep.run.forked",
-        {"shep.fork.run_id": "fork_run_id", "shep.fork.checkpoint_id": "checkpoint_id"},
-    ),
-    "FeatureMerged": (
-        "shep.feature.merged",
-        {"vcs.ref.base.name": "into", "vcs.ref.head.revision": "commit"},
-    ),
-}
-
-
-def _span_event(
-    name: str, event: Mapping[str, Any], at: int, position: int
-) -> dict[str, Any] | None:
-    """The run span's event for run event ``name``, or None if it is not shown."""
-    found = _SPAN_EVENTS.get(name)
-    if found is None:
-        return None
-    label, fields = found
-    values: dict[str, object] = {key: event.get(field) for key, field in fields.items()}
-    values["shep.log.position"] = position
-    return {"timeUnixNano": str(at), "name": label, "attributes": _attributes(values)}
-
-
-def _resource() -> dict[str, Any]:
-    return {"attributes": _attributes({"service.name": "shep", "service.version": __version__})}
-
-
-def _scope() -> dict[str, Any]:
-    return {"name": SCOPE_NAME, "version": __version__}

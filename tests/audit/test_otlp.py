@@ -40,12 +40,12 @@ from events.inbox import QuestionOption, item_stream_id
 from events.runs import RunForked, Usage
 from events.store import EventStore
 from shep.audit.export import ExportFilter
-from shep.audit.otlp import (
+from shep.audit.otlp import write_otlp
+from shep.audit.otlp_wire import (
     SCHEMA_URL,
     SEMCONV_VERSION,
     node_span_id,
     run_span_id,
-    write_otlp,
 )
 
 MERGE_COMMIT = "3f2a9c1d5e7b8a0c4d6e1f2a3b5c7d9e0f1a2b3c"
