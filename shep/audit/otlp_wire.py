@@ -8,15 +8,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import msgspec
 
 from shep import __version__
-
-if TYPE_CHECKING:
-    pass
 
 #: The OpenTelemetry semantic-conventions release the attributes follow (GenAI agent spans:
 #: ``gen_ai.provider.name``, as renamed from ``gen_ai.system`` in this release).
