@@ -235,13 +235,11 @@ KNOWN: dict[str, set[str]] = {
         "shep.supervisor.agent -> shep.runs.recovery",
         "shep.supervisor.start -> shep.runs.workers",
         "shep.workflows.feature_steps -> shep.features.start",
-        "shep.agents.demo -> shep.workflows.feature_specs",
         "shep.runs.inbox_watch -> shep.cli.run",
         "shep.supervisor.whatif -> shep.cli.supervisor",
     },
     "sizes": {
         "events.sqlite",
-        "shep.agents.demo",
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
         "shep.cli.settings",

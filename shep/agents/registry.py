@@ -15,7 +15,6 @@ from shep.agents import (
     continue_cli,
     copilot,
     cursor,
-    demo,
     gemini,
     opencode,
     qwen_code,
@@ -23,9 +22,21 @@ from shep.agents import (
 from shep.agents.failures import clean
 from shep.agents.model import AgentExecutor
 from shep.agents.process import ProcessLimits
-from shep.agents.spec import AgentSpec
+from shep.agents.spec import AgentSpec, lazy_executor
 
 __all__ = ["AGENT_SPECS", "create_executor", "get_spec", "probe_version"]
+
+#: The built-in demo agent (``shep.demo.agent``): canned answers, no AI.
+DEMO = AgentSpec(
+    type="demo",
+    label="Demo agent (built in; canned answers, no AI)",
+    binary="",
+    install_hint="built in: nothing to install",
+    token_env=(),
+    verified=True,
+    verified_version="built-in",
+    executor=lazy_executor("shep.demo.agent", "DemoExecutor"),
+)
 
 AGENT_SPECS: Mapping[str, AgentSpec] = MappingProxyType(
     {
@@ -40,7 +51,7 @@ AGENT_SPECS: Mapping[str, AgentSpec] = MappingProxyType(
             continue_cli.SPEC,
             cursor.SPEC,
             copilot.SPEC,
-            demo.SPEC,
+            DEMO,
         )
     }
 )

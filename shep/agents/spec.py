@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from shep.agents.model import AgentExecutor
     from shep.agents.process import ProcessLimits
 
-__all__ = ["AgentSpec", "ExecutorFactory"]
+__all__ = ["AgentSpec", "ExecutorFactory", "lazy_executor"]
 
 ExecutorFactory = Callable[..., "AgentExecutor"]
 
@@ -43,3 +43,16 @@ class AgentSpec:
     ) -> AgentExecutor:
         """A new executor for this agent type."""
         return self.executor(self, token=token, binary=binary, env=env, limits=limits)
+
+
+def lazy_executor(module: str, name: str) -> ExecutorFactory:
+    """An executor factory that imports ``module`` only when an executor is made: for an
+    agent that lives above the agents (the demo agent fakes every workflow's answers)."""
+
+    def create(*args: object, **kwargs: object) -> AgentExecutor:
+        import importlib
+
+        factory: ExecutorFactory = getattr(importlib.import_module(module), name)
+        return factory(*args, **kwargs)
+
+    return create

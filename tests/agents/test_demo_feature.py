@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from shep.agents.demo import LABEL, SPEC, DemoExecutor
 from shep.agents.model import (
     AgentOptions,
     Completed,
@@ -16,6 +15,9 @@ from shep.agents.model import (
     ToolResult,
     ToolUse,
 )
+from shep.agents.registry import DEMO as SPEC
+from shep.demo import LABEL
+from shep.demo.agent import DemoExecutor
 from shep.workflows.feature_specs import (
     parallel_groups,
     validate_plan,
