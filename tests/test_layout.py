@@ -243,7 +243,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
         "shep.cli.settings",
-        "shep.workflows.feature_steps",
     },
     "private": {
         "shep.runs.checkpoints self.store._error",

@@ -20,7 +20,7 @@ import pytest
 
 from events.features import FeatureMerged, TestsRan
 from events.runs import RunCompleted
-from shep.workflows.feature_steps import detect_test_command, failure_reason, project_python
+from shep.workflows.test_command import detect_test_command, failure_reason, project_python
 from tests.e2e.cli import shep
 from tests.feature.conftest import FeatureAgent, git
 from tests.feature.test_feature_workflow import feat_new, inbox, only_run, run_events, tree_files
