@@ -225,7 +225,6 @@ KNOWN: dict[str, set[str]] = {
         "projections.database projections.catch_up projections.schema",
         "shep.cli.inbox shep.cli.inbox_picker",
         "shep.cli.run shep.runs.inbox_watch shep.home.runtime shep.supervisor.start",
-        "shep.cli.supervisor shep.supervisor.whatif",
         "shep.features.start shep.workflows shep.workflows.feature shep.workflows.feature_steps",
         "shep.replay.builder shep.replay.frames",
     },
@@ -236,7 +235,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.supervisor.start -> shep.runs.workers",
         "shep.workflows.feature_steps -> shep.features.start",
         "shep.runs.inbox_watch -> shep.cli.run",
-        "shep.supervisor.whatif -> shep.cli.supervisor",
     },
     "sizes": {
         "events.sqlite",

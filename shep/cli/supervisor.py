@@ -20,6 +20,7 @@ from events.errors import PolicyError, SupervisorOffError
 from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
 from events.words import counted
 from shep.home.runtime import Runtime
+from shep.supervisor.policy_file import read_policy_file
 
 if TYPE_CHECKING:
     from commands.policies import Policy
@@ -62,16 +63,6 @@ def _scope(runtime: Runtime, text: str) -> str:
     raise PolicyError(f"Unknown scope {text!r}; use global, repo, repo:PATH or run:RUN.")
 
 
-class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A policy as a file (YAML or JSON): what `configure --policy` and `what-if` read."""
-
-    autonomy: str
-    overrides: dict[str, str] = {}
-    guardrails: dict[str, Any] = {}
-    model: str | None = None
-    timeout: float = 300.0
-
-
 class AutonomyChoice(click.Choice[str]):
     """An autonomy level; an unknown one is a one-line ``PolicyError`` naming the known ones."""
 
@@ -85,29 +76,6 @@ class AutonomyChoice(click.Choice[str]):
             raise PolicyError(
                 f"Unknown autonomy {value!r}; use one of {', '.join(AUTONOMY_LEVELS)}."
             ) from None
-
-
-def read_policy_file(path: Path) -> PolicyFile:
-    from events.supervisor import Guardrails
-
-    try:
-        text = path.read_bytes()
-    except OSError as e:
-        raise PolicyError(f"Cannot read policy file {path}: {e.strerror}.") from None
-    try:
-        policy = msgspec.yaml.decode(text, type=PolicyFile)
-        msgspec.convert(policy.guardrails, Guardrails, strict=True)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        # YAML errors span lines (the problem, then where): the CLI says it in one.
-        raise PolicyError(f"Policy file {path}: {' '.join(str(e).split())}.") from None
-    # Guardrails ignores fields it does not know: a misspelt rule would silently not apply.
-    unknown = sorted(set(policy.guardrails) - set(Guardrails.__struct_fields__))
-    if unknown:
-        raise PolicyError(
-            f"Policy file {path}: unknown guardrail {unknown[0]!r}; the rules are "
-            f"{', '.join(Guardrails.__struct_fields__)}."
-        )
-    return policy
 
 
 @supervisor.command("configure")

@@ -21,7 +21,7 @@ from events.supervisor import Guardrails
 from shep.supervisor.evaluate import UNDECIDED, Decision, EvaluationGraph, Evaluator
 
 if TYPE_CHECKING:
-    from shep.cli.supervisor import PolicyFile
+    from shep.supervisor.policy_file import PolicyFile
 
 #: How a what-if policy is named in its decisions.
 WHAT_IF_SCOPE = "what-if"
