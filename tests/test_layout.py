@@ -217,24 +217,17 @@ def cycles() -> list[list[str]]:
 KNOWN: dict[str, set[str]] = {
     "prints": {
         "projections.mirror print",
-        "shep.runs.inbox_watch print",
-        "shep.home.notify print",
-        "shep.home.runtime print",
     },
     "cycles": {
         "projections.database projections.catch_up projections.schema",
-        "shep.cli.inbox shep.cli.inbox_picker",
-        "shep.cli.run shep.runs.inbox_watch shep.home.runtime shep.supervisor.start",
         "shep.features.start shep.workflows shep.workflows.feature shep.workflows.feature_steps",
         "shep.replay.builder shep.replay.frames",
     },
     "arrows": {
-        "shep.home.runtime -> shep.runs.inbox_watch",
         "shep.home.runtime -> shep.runs.recovery",
         "shep.supervisor.agent -> shep.runs.recovery",
         "shep.supervisor.start -> shep.runs.workers",
         "shep.workflows.feature_steps -> shep.features.start",
-        "shep.runs.inbox_watch -> shep.cli.run",
     },
     "sizes": {
         "events.sqlite",
@@ -244,8 +237,6 @@ KNOWN: dict[str, set[str]] = {
     },
     "private": {
         "shep.runs.checkpoints self.store._error",
-        "shep.cli.feat _check_binary from shep.cli.run",
-        "shep.cli.feat_views _local_worker from shep.cli.run",
         "shep.cli.store recorder._insert_tracking",
         "shep.cli.store recorder._lock_table",
         "shep.git.command tree._driver_overrides",

@@ -24,7 +24,7 @@ from shep.agents.model import AgentExecutor
 from shep.agents.process import ProcessLimits
 from shep.agents.spec import AgentSpec, lazy_executor
 
-__all__ = ["AGENT_SPECS", "create_executor", "get_spec", "probe_version"]
+__all__ = ["AGENT_SPECS", "create_executor", "get_spec", "probe_version", "require_installed"]
 
 #: The built-in demo agent (``shep.demo.agent``): canned answers, no AI.
 DEMO = AgentSpec(
@@ -69,6 +69,23 @@ def get_spec(agent_type: str) -> AgentSpec:
             "Choose one with `shep settings agent`."
         )
     return spec
+
+
+def require_installed(agent_type: str, binary: str | None) -> None:
+    """``AgentNotFoundError`` saying how to install it, when the agent's binary (or the
+    configured ``binary``) is not on PATH; built-in agents need none."""
+    import shutil
+
+    spec = get_spec(agent_type)
+    if not spec.binary:
+        return
+    executable = binary or spec.binary
+    if shutil.which(executable) is None:
+        raise AgentNotFoundError(
+            f"{spec.label} is not installed: `{executable}` was not found. "
+            f"Install it with `{spec.install_hint}`, or run `shep settings agent`.",
+            agent=agent_type,
+        )
 
 
 def create_executor(

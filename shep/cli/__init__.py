@@ -19,7 +19,7 @@ from events.errors import ShepError
 from events.sqlite_file import home_from_env, store_error
 from events.words import counted
 from shep import __version__
-from shep.cli.render import ProgressLine
+from shep.cli.render import ProgressLine, say_on_stderr
 from shep.home.runtime import Runtime
 
 #: command name -> "module:attribute"; modules are imported only when their command runs.
@@ -147,7 +147,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
     if ctx.meta.get(_HELP_ONLY):
         return  # a command's help: no store is opened, no run marked, no deadline applied
     # `shep settings store` must still work when the file it rewrites is damaged.
-    ctx.obj = Runtime.from_environment(debug=debug, repairing=ctx.invoked_subcommand == "settings")
+    ctx.obj = Runtime.from_environment(
+        debug=debug, repairing=ctx.invoked_subcommand == "settings", say=say_on_stderr
+    )
     ctx.obj.on_progress = ProgressLine()  # a projection this shep changed is rebuilt first
     ctx.call_on_close(ctx.obj.close)
     if ctx.obj.store_file_error is not None:
@@ -156,8 +158,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
         interrupted = ctx.obj.check_orphans()
         if interrupted:
             click.echo(_interrupted_notice(interrupted, ctx.invoked_subcommand), err=True)
-        # The inbox commands show or decide the items themselves; the others mention them.
-        ctx.obj.check_inbox(notice=ctx.invoked_subcommand not in _INBOX_COMMANDS)
+        if ctx.obj.has_store():  # an empty home has no inbox (and imports nothing for it)
+            from shep.runs.inbox_watch import check_inbox
+
+            # The inbox commands show or decide the items themselves; the others mention them.
+            check_inbox(ctx.obj, notice=ctx.invoked_subcommand not in _INBOX_COMMANDS)
 
 
 def _asks_for_help(args: list[str]) -> bool:

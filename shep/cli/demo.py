@@ -56,7 +56,9 @@ def demo(ctx: click.Context, what: str, delay: float) -> None:
     home.chmod(0o700)
     repo = home / "inventory"
     shutil.copytree(SAMPLE_REPO, repo, ignore=shutil.ignore_patterns("__pycache__"))
-    runtime = Runtime(home)
+    from shep.cli.render import say_on_stderr
+
+    runtime = Runtime(home, say=say_on_stderr)
     ctx.call_on_close(runtime.close)
     os.environ["SHEP_DEMO_DELAY"] = str(delay)
     store = runtime.store()
@@ -124,9 +126,10 @@ class _Unbroken:
 def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) -> None:
     from commands.create_run import create_run
     from shep.cli.logs import logs
-    from shep.cli.run import execute_run
+    from shep.cli.run import render_outcome
     from shep.cli.status import status
     from shep.home.identity import current_actor, host_name, process_start
+    from shep.runs.launch import execute_run
     from shep.workflows import get_workflow
 
     store = runtime.store()
@@ -146,9 +149,8 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         f"shep demo: analyzing a sample repository with the DEMO agent "
         f"(canned answers, not an AI), in {home}\n"
     )
-    execute_run(
-        runtime, run_id, resume=False, background=False, timeout=None, exit_on_failure=False
-    )
+    outcome = execute_run(runtime, run_id, resume=False, background=False, timeout=None)
+    render_outcome(outcome, background=False, exit_on_failure=False)
     short = run_id.hex[:8]
     click.echo("\n$ shep status")
     with click.Context(status, obj=runtime, info_name="status", parent=ctx) as sub:

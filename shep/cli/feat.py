@@ -83,7 +83,8 @@ def new(
     Returns once the feature waits for you or ends (or at once with
     --background), and says what to do next.
     """
-    from shep.cli.run import _check_binary, launch
+    from shep.agents.registry import require_installed
+    from shep.cli.run import launch, render
     from shep.features.start import (
         create_feature_run,
         discard_worktree,
@@ -98,7 +99,7 @@ def new(
     store = runtime.store()
     settings = load_settings(store)
     agent_type = settings.require_agent()
-    _check_binary(agent_type, settings.binary)
+    require_installed(agent_type, settings.binary)
     require_token(runtime.home, agent_type, configured=settings.token_configured)
     flags = settings.flags
     plan = plan_feature(
@@ -137,7 +138,7 @@ def new(
         f"({plan.base_sha[:10]}), worktree {plan.worktree}",
         err=True,
     )
-    launch(runtime, run_id, resume=False, background=background, timeout=timeout)
+    render(launch(runtime, run_id, resume=False, background=background, timeout=timeout))
 
 
 # ls, show, rm and gc live in their own module (`shep feat` itself is loaded lazily).

@@ -516,25 +516,21 @@ def _cost(cost: float | None) -> str:
 
 def _cancel(store: EventStore, feature: Feature) -> list[str]:
     """Cancel the feature's run and stop its worker, as `shep cancel` does."""
-    from commands.cancel_run import cancel_run
     from events.errors import InvalidTransitionError
-    from shep.cli.run import _local_worker
     from shep.home.identity import current_actor
-    from shep.runs.workers import stop_worker
+    from shep.runs.cancel import cancel
 
-    before = feature.state
     try:
-        cancel_run(
-            store, feature.run_id, cancelled_by=current_actor(), reason="shep feat rm --force"
+        cancelled = cancel(
+            store,
+            feature.run_id,
+            actor=current_actor(),
+            grace=STOP_GRACE,
+            reason="shep feat rm --force",
         )
     except InvalidTransitionError:
         return []  # it ended meanwhile
-    running = before.status is RunStatus.RUNNING
-    pid, started = _local_worker(before) if running else (None, None)
-    return [
-        *stop_worker(pid, started, feature.run_id, grace=STOP_GRACE),
-        f"Cancelled run {feature.short}.",
-    ]
+    return [*cancelled.stopped, f"Cancelled run {feature.short}."]
 
 
 @click.command("rm")

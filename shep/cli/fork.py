@@ -68,7 +68,7 @@ def fork(
     from events.features import FEATURE_WORKFLOW_NAMES
     from events.runs import RunCreated
     from projections.queries import resolve_run_id
-    from shep.cli.run import launch
+    from shep.cli.run import launch, render
     from shep.home.identity import current_actor, host_name, process_start
 
     store = runtime.store()
@@ -127,7 +127,7 @@ def fork(
         + (f": branch {inputs['branch']}, worktree {repo}" if feature else ""),
         err=True,
     )
-    launch(runtime, new_id, resume=False, background=background, timeout=timeout)
+    render(launch(runtime, new_id, resume=False, background=background, timeout=timeout))
 
 
 def _exists(origin: UUID, fork: UUID, key: str | None) -> None:

@@ -20,9 +20,6 @@ import msgspec
 from events.display import printable
 from shep.home.runtime import Runtime
 
-#: Rejections of one phase after which the user is told how many there were.
-REJECTION_WARNING = 5
-
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the items as a JSON list.")
@@ -198,39 +195,12 @@ def user_approves(
     runtime: Runtime, item: dict[str, Any], *, actor: str, comment: str, wait: bool
 ) -> None:
     """Approve ``item`` as ``actor``, say so, and resume its run once the gate is decided."""
-    line, decided = record_approval(runtime, item, actor=actor, comment=comment)
-    click.echo(line)
-    if decided:
+    from shep.runs.decisions import record_approval
+
+    approval = record_approval(runtime, item, actor=actor, comment=comment)
+    click.echo(approval.line)
+    if approval.decided:
         resume_after_decision(runtime, item["run_id"], wait=wait)
-
-
-def record_approval(
-    runtime: Runtime, item: dict[str, Any], *, actor: str, comment: str
-) -> tuple[str, bool]:
-    """Record a user's approval of ``item``: the line to show, and whether the gate is decided.
-
-    Under a cosign policy whose supervisor has not signed yet, the approval is a
-    vote: the gate stays open and the supervisor is started to sign (or not).
-    """
-    from commands.approve_item import approve_item
-    from shep.runs.workers import spawn_shep
-    from shep.supervisor.start import cosign_label, log_path
-
-    store = runtime.store()
-    item_id = UUID(item["item_id"])
-    short, where = item["item_id"][:8], f"{item['node']} of run {item['run_id'][:8]}"
-    cosign = cosign_label(store, item_id)
-    state = approve_item(store, item_id, actor=actor, comment=comment, cosign=cosign)
-    if state.decision is None:
-        spawn_shep(runtime.home, ["supervisor", "run", "--background"], log_path(runtime.home))
-        return (
-            f"Approved {short} ({where}) as one of two signatures: under policy {cosign} the "
-            "supervisor signs too; the gate opens once it approves.",
-            False,
-        )
-    cosigned = getattr(state.decision, "cosigned_by", None)
-    end = f", co-signed by {cosigned}." if cosigned else "."
-    return f"Approved {short} ({where}){end}", True
 
 
 @click.command()
@@ -247,6 +217,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
     from projections.catch_up import catch_up
     from projections.inbox_queries import count_rejections, resolve_item
     from shep.home.identity import user_actor
+    from shep.runs.decisions import REJECTION_WARNING
 
     conn = _db(runtime)
     item = resolve_item(conn, item_ref, kind="approval")
@@ -276,37 +247,8 @@ def _db(runtime: Runtime) -> Any:
 
 
 def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None:
-    """Resume the run now that it has a decision, unless a worker already runs it."""
-    from commands.run_state import load_run
-    from events.errors import InvalidTransitionError
-    from events.runs import WAITING_STATUSES, RunStatus
-    from shep.cli.run import launch
+    """Resume the run now that it has a decision (``shep.runs.decisions``), and say where."""
+    from shep.cli.run import render
+    from shep.runs.decisions import resume_after_decision as resume_decided
 
-    run_id = UUID(run_hex)
-    state = load_run(runtime.store(), run_id)
-    if state.status is RunStatus.INTERRUPTED:
-        short = run_hex[:8]
-        click.echo(
-            f"Run {short} is interrupted; it goes on with this decision once you "
-            f"`shep resume {short}`.",
-            err=True,
-        )
-        return
-    if state.status not in WAITING_STATUSES:
-        # Running: its worker takes the decision before it waits again. Ended: nothing
-        # to resume.
-        return
-    if runtime.shared and state.host:
-        from shep.home.identity import host_name
-
-        if state.host != host_name():
-            click.echo(
-                f"Run {run_hex[:8]} goes on on {state.host}, where it runs: it resumes "
-                "there with this decision.",
-                err=True,
-            )
-            return
-    try:
-        launch(runtime, run_id, resume=True, background=not wait, timeout=None, quiet=True)
-    except InvalidTransitionError:
-        return  # another decision's worker got there first; it reads this one too
+    render(resume_decided(runtime, run_hex, wait=wait), quiet=True)

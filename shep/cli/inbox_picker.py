@@ -92,7 +92,8 @@ class _Decision:
 def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
     """Ask for the item's decision; once confirmed, record it and resume its run."""
     from events.errors import ShepError
-    from shep.cli.inbox import resume_after_decision
+    from shep.cli.run import render
+    from shep.runs.decisions import resume_after_decision
 
     if item["kind"] == "question":
         decision = _ask_answer(runtime, terminal, item)
@@ -113,7 +114,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
     if not decided:
         return
     try:
-        resume_after_decision(runtime, item["run_id"], wait=False)
+        render(resume_after_decision(runtime, item["run_id"], wait=False), quiet=True)
     except ShepError as e:
         # The decision is in the log: the next shep command starts the worker that missed.
         click.echo(f"shep: {e}", err=True)
@@ -185,9 +186,10 @@ def _ask_approval(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision
         comment = terminal.ask_text("Comment for the record (optional): ")
 
         def approve() -> tuple[str, bool]:
-            from shep.cli.inbox import record_approval
+            from shep.runs.decisions import record_approval
 
-            return record_approval(runtime, item, actor=user_actor(), comment=comment)
+            approval = record_approval(runtime, item, actor=user_actor(), comment=comment)
+            return approval.line, approval.decided
 
         return _Decision(f"Approve {item['node']} of run {run_short}? [Y/n] ", approve)
     reason = terminal.ask_text(
@@ -207,7 +209,7 @@ def _ask_approval(runtime: Runtime, terminal: _Terminal, item: Row) -> _Decision
 def _warn_rejections(runtime: Runtime, run_id: str, phase: str) -> None:
     """The same warning as ``shep reject`` when a phase keeps being rejected."""
     from projections.inbox_queries import count_rejections
-    from shep.cli.inbox import REJECTION_WARNING
+    from shep.runs.decisions import REJECTION_WARNING
 
     conn = runtime.read_db()
     _catch_up(conn)

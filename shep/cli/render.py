@@ -186,3 +186,8 @@ class ProgressLine:
         if progress.finished or progress.waiting or now >= self._next:
             click.echo(line, err=True)
             self._next = now + self.every
+
+
+def say_on_stderr(line: str) -> None:
+    """Where the core's notices (``Runtime.say``) go in a terminal: one line on stderr."""
+    click.echo(line, err=True)

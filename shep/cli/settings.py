@@ -562,7 +562,9 @@ def store_command(
         url = sys.stdin.readline().strip()
     if local:
         save_store_url(runtime.home, None)
-        runtime = Runtime(runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV))
+        runtime = Runtime(
+            runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV), say=runtime.say
+        )
     elif url is not None:
         if not is_postgres_url(url):
             raise SettingsError(f"Not a PostgreSQL URL: {redacted(url)} (postgresql://...).")
@@ -577,7 +579,9 @@ def store_command(
         with EventStore(url, on_notice=lambda line: click.echo(f"shep: {line}", err=True)) as store:
             store.max_position()
         save_store_url(runtime.home, url)
-        runtime = Runtime(runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV) or url)
+        runtime = Runtime(
+            runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV) or url, say=runtime.say
+        )
     _print_store(runtime, as_json=as_json)
 
 

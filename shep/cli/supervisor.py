@@ -339,10 +339,11 @@ def _evaluator(runtime: Runtime) -> _LazyEvaluator:
 
 def _resume(runtime: Runtime, run_id: UUID) -> None:
     from events.errors import ShepError
-    from shep.cli.inbox import resume_after_decision
+    from shep.cli.run import render
+    from shep.runs.decisions import resume_after_decision
 
     try:
-        resume_after_decision(runtime, run_id.hex, wait=False)
+        render(resume_after_decision(runtime, run_id.hex, wait=False), quiet=True)
     except ShepError as e:
         # The decision is in the log: the next shep command resumes the run.
         click.echo(f"shep: {e}", err=True)

@@ -65,7 +65,7 @@ def ui(runtime: Runtime, port: int, host: str, no_open: bool, read_only: bool) -
         read_only=read_only,
         db_file=runtime.db_file,
         store_url=runtime.store_url,
-        new_runtime=lambda: Runtime.from_environment(debug=runtime.debug),
+        new_runtime=lambda: Runtime.from_environment(debug=runtime.debug, say=runtime.say),
         on_ready=ready,
         debug=runtime.debug,
     )

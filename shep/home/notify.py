@@ -24,8 +24,8 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,14 +55,19 @@ class _Job:
 
 
 def notify_new_items(
-    store: EventStore, home: Path, item_ids: list[UUID], settings: Settings
+    store: EventStore,
+    home: Path,
+    item_ids: list[UUID],
+    settings: Settings,
+    *,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Give each new, undecided item to ``notify_command`` and record the outcome.
 
     Does nothing when ``notify_command`` is empty. An item already notified
     (``NotificationSent``) is not notified again. Never raises for the
     command's failures; a failure to read or record an item in the store is
-    one line on stderr, and the other items go on.
+    one line told to ``say``, and the other items go on.
     """
     command = settings.texts["notify_command"]
     try:
@@ -79,7 +84,7 @@ def notify_new_items(
                 continue
             items.append((item, _run_created(store, item.asked.run_id)))
         except ShepError as e:
-            _warn(item_id, e)
+            _warn(say, item_id, e)
     if not items:
         return
     agents = {settings.agent_type, *(run.agent_type for _, run in items if run)}
@@ -105,7 +110,7 @@ def notify_new_items(
                 error=None if error is None else _mask(error, secrets),
             )
         except ShepError as e:
-            _warn(job.item_id, e)
+            _warn(say, job.item_id, e)
 
 
 def item_payload(item: ItemState, run: RunCreated | None, home: Path) -> dict[str, Any]:
@@ -248,8 +253,6 @@ def _mask(text: str, secrets: list[str]) -> str:
     return text
 
 
-def _warn(item_id: UUID, error: Exception) -> None:
-    print(
-        f"shep: could not notify inbox item {item_id.hex[:8]}: {error}",
-        file=sys.stderr,
-    )
+def _warn(say: Callable[[str], None] | None, item_id: UUID, error: Exception) -> None:
+    if say is not None:
+        say(f"shep: could not notify inbox item {item_id.hex[:8]}: {error}")

@@ -1,4 +1,4 @@
-"""The runtime the CLI wires once and passes down: where the store is, and how to open it.
+"""The runtime a face wires once and passes down: where the store is, and how to open it.
 
 Opening is lazy: ``shep --help`` opens nothing, ``shep status`` opens only the
 read side (apsw and msgspec), and only writing commands import eventsourcing.
@@ -7,7 +7,6 @@ read side (apsw and msgspec), and only writing commands import eventsourcing.
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 import apsw
@@ -25,15 +24,15 @@ SHARED_COPY = "shared-cache.db"
 _NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from events.store import EventStore
     from projections.database import Progress
 
 
-def _notice(line: str) -> None:
-    """What an upgrade of the store does (``events.migrations``), as one line on stderr."""
-    print(f"shep: {line}", file=sys.stderr)
+def _discard(line: str) -> None:
+    """Where a runtime's notices go when its face gave no ``say``."""
 
 
 class Runtime:
@@ -44,9 +43,18 @@ class Runtime:
     """
 
     def __init__(
-        self, home: str | os.PathLike[str], *, debug: bool = False, store_url: str | None = None
+        self,
+        home: str | os.PathLike[str],
+        *,
+        debug: bool = False,
+        store_url: str | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self.home_dir = os.fspath(home)
+        #: How the core tells a person something while it works (a worker started, a
+        #: deadline applied, an upgrade of the store): the face decides where the line
+        #: goes (the CLI: stderr). The core never prints.
+        self.say: Callable[[str], None] = say or _discard
         #: The shared store's URL (PostgreSQL), or None: the log is this home's shep.db.
         self.store_url = store_url
         if store_url is None:
@@ -68,7 +76,13 @@ class Runtime:
         self.on_progress: Progress | None = None
 
     @classmethod
-    def from_environment(cls, *, debug: bool = False, repairing: bool = False) -> Runtime:
+    def from_environment(
+        cls,
+        *,
+        debug: bool = False,
+        repairing: bool = False,
+        say: Callable[[str], None] | None = None,
+    ) -> Runtime:
         """The home of ``$SHEP_HOME``, on the store it is pointed at.
 
         ``repairing``: a damaged ``$SHEP_HOME/store`` is kept in ``store_file_error``
@@ -85,10 +99,10 @@ class Runtime:
         except SecretsError as e:
             if not repairing:
                 raise
-            runtime = cls(home, debug=debug)
+            runtime = cls(home, debug=debug, say=say)
             runtime.store_file_error = e
             return runtime
-        return cls(home, debug=debug, store_url=url)
+        return cls(home, debug=debug, store_url=url, say=say)
 
     @property
     def shared(self) -> bool:
@@ -137,10 +151,9 @@ class Runtime:
                 pull_registered(conn)
             behind = lag(conn)
             if behind > 0 and conn.readonly("main"):
-                print(
+                self.say(
                     "shep: the event store is read-only: projections are "
-                    f"{counted(behind, 'event')} behind the log, shown as they are.",
-                    file=sys.stderr,
+                    f"{counted(behind, 'event')} behind the log, shown as they are."
                 )
             elif behind > 0 and catch_up:
                 from projections.catch_up import catch_up as run_catch_up
@@ -152,10 +165,9 @@ class Runtime:
                         raise
                     # A writer holds the lock (a worker stopped mid-transaction): read
                     # the projections as they are rather than fail the command.
-                    print(
+                    self.say(
                         f"shep: the event store is locked by another process: projections "
-                        f"are {counted(behind, 'event')} behind the log, shown as they are.",
-                        file=sys.stderr,
+                        f"are {counted(behind, 'event')} behind the log, shown as they are."
                     )
         return self._read
 
@@ -165,8 +177,12 @@ class Runtime:
             from events.store import EventStore
 
             ensure_home(self.home_dir)
-            self._store = EventStore(self.store_url or self.db_file, on_notice=_notice)
+            self._store = EventStore(self.store_url or self.db_file, on_notice=self._notice)
         return self._store
+
+    def _notice(self, line: str) -> None:
+        """What an upgrade of the store does (``events.migrations``), as one line."""
+        self.say(f"shep: {line}")
 
     def has_store(self) -> bool:
         """Whether this home has an event store yet (an empty home has none; a shared one has)."""
@@ -220,17 +236,6 @@ class Runtime:
                 return marked  # a newer shep's store: read as it is; this shep writes none of it
         catch_up(conn)
         return marked
-
-    def check_inbox(self, *, notice: bool = True) -> int:
-        """Apply due deadlines, resume runs whose decision nobody acted on, say what waits.
-
-        See ``shep.runs.inbox_watch``; one indexed count when the inbox is empty.
-        """
-        if not self.has_store():
-            return 0
-        from shep.runs.inbox_watch import watch_inbox
-
-        return watch_inbox(self, self.read_db(), notice=notice)
 
     def require_home(self) -> None:
         if not os.path.isdir(self.home_dir):

@@ -19,7 +19,6 @@ and the run goes on where its repository is.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -35,6 +34,14 @@ if TYPE_CHECKING:
 DEADLINE_ACTOR = "system:deadline"
 
 
+def check_inbox(runtime: Runtime, *, notice: bool = True) -> int:
+    """Apply due deadlines, resume runs whose decision nobody acted on, say what waits
+    (what every shep command does first); one indexed count when the inbox is empty."""
+    if not runtime.has_store():
+        return 0
+    return watch_inbox(runtime, runtime.read_db(), notice=notice)
+
+
 def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True) -> int:
     """Apply due deadlines, resume stranded runs, print the notice; return the pending count."""
     from projections.inbox_queries import count_pending
@@ -48,7 +55,7 @@ def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True)
         with contextlib.suppress(StoreTooNewError):
             pending, stranded = _act(runtime, conn, pending, stranded)
     if pending and notice and notice_enabled(conn):
-        print(f"{pending} waiting in the inbox: shep inbox", file=sys.stderr)
+        runtime.say(f"{pending} waiting in the inbox: shep inbox")
     return pending
 
 
@@ -98,21 +105,20 @@ def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
             actor=DEADLINE_ACTOR,
             option_id=recommended,
         )
-        print(
+        runtime.say(
             f"Question {str(item['item_id'])[:8]} of run {str(item['run_id'])[:8]} passed its "
-            f"deadline: answered with its recommended option {recommended!r}.",
-            file=sys.stderr,
+            f"deadline: answered with its recommended option {recommended!r}."
         )
 
 
 def _resume(runtime: Runtime, run_hex: str) -> None:
     from events.errors import InvalidTransitionError
-    from shep.cli.run import launch
+    from shep.runs.workers import start_in_background
 
     with contextlib.suppress(InvalidTransitionError):
-        pid = launch(runtime, UUID(run_hex), resume=True, background=True, timeout=None, quiet=True)
-        if pid is not None:
-            runtime.resumed[run_hex] = pid
+        started = start_in_background(runtime, UUID(run_hex), resume=True, timeout=None)
+        runtime.resumed[run_hex] = started.pid
+        runtime.say(started.notice)
 
 
 def notice_enabled(conn: apsw.Connection) -> bool:
@@ -194,5 +200,5 @@ def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> b
         if store.retry_for <= 0:
             store.retry_for = orphan_after(conn)
             store.on_retry = say
-    runtime.check_inbox(notice=False)
+    check_inbox(runtime, notice=False)
     return True

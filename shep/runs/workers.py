@@ -21,7 +21,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from commands.run_state import RunState, load_run
@@ -30,6 +32,79 @@ from events.runs import RunStatus
 from events.store import EventStore
 from shep.home.identity import process_start
 from shep.runs.recovery import worker_alive
+
+if TYPE_CHECKING:
+    from shep.home.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Background:
+    """A run handed to a detached worker: its id and the worker's pid."""
+
+    run_id: UUID
+    pid: int
+
+    @property
+    def notice(self) -> str:
+        """What a person is told: the worker, and how to follow it."""
+        return (
+            f"Started worker {self.pid} in the background. Follow it with "
+            f"`shep logs {self.run_id.hex[:8]} --follow`."
+        )
+
+
+def start_in_background(
+    runtime: Runtime, run_id: UUID, *, resume: bool, timeout: float | None
+) -> Background:
+    """Start (or resume) the run in a detached worker, and record that it owns the run.
+
+    The start is recorded here, not by the worker: a worker that dies while still
+    importing is then a running run with a dead pid, which recovery marks interrupted.
+    A new run whose worker cannot be started fails with the reason.
+    """
+    from commands.fail_run import fail_run
+    from commands.resume_run import resume_run
+    from commands.start_run import start_run
+    from events.errors import ShepError
+    from shep.home.identity import host_name
+
+    try:
+        pid = spawn_worker(runtime.home, run_id, resume=resume, timeout=timeout)
+    except OSError as e:
+        message = f"Cannot start a background worker: {e}."
+        if not resume:
+            fail_run(runtime.store(), run_id, error_type="WorkerStartError", message=message)
+        raise ShepError(message) from e
+    begin = resume_run if resume else start_run
+    try:
+        begin(
+            runtime.store(),
+            run_id,
+            pid=pid,
+            host=host_name(),
+            background=True,
+            log_path=str(log_path(runtime.home, run_id)),
+            process_start=process_start(pid),
+        )
+    except BaseException:
+        # Not handed the run (another worker took it first): it must not linger.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        raise
+    return Background(run_id, pid)
+
+
+def local_worker(state: RunState) -> tuple[int | None, str | None]:
+    """The pid and start time of the process that last owned the run, if it ran on this host.
+
+    ``state`` is the run as it was when the worker was last known to run it
+    (a running run, or the fold just before a cancel).
+    """
+    from shep.home.identity import host_name
+
+    if state.epoch == 0 or state.host != host_name():
+        return None, None
+    return state.pid, state.process_start
 
 
 def log_path(home: Path, run_id: UUID) -> Path:

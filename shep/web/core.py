@@ -3,13 +3,11 @@
 The pages, the feed and the actions call these functions and no other module of
 ``shep``, ``projections``, ``commands`` or ``events`` (but ``events.display``):
 the one place to re-point when the core moves. Reads are the read side's own
-queries; nothing is copied out of ``shep/cli/``. What lives only in a click
-module is named in ``docs/ui.md`` ("Phase 2"), for the reshape to move.
+queries; nothing is copied out of ``shep/cli/`` (see ``docs/ui.md``, "Phase 2").
 
-Connections: each page reads in a connection of its thread (``open_reading``,
-read-only: no page writes), inside one read transaction (``reading``), so all it
-shows is of one moment, the log position it says (``data-after``), from which
-its live updates continue.
+Each page reads in its thread's read-only connection (``open_reading``), in one
+read transaction (``reading``): all it shows is of one log position (``data-after``),
+from which its live updates continue.
 """
 
 from __future__ import annotations
@@ -157,10 +155,12 @@ def upkeep(runtime: Runtime) -> None:
 
 
 def new_runtime(*, debug: bool = False) -> Runtime:
-    """A runtime of ``$SHEP_HOME`` of the server's own (a Runtime is not shared by threads)."""
+    """A runtime of ``$SHEP_HOME`` of the server's own; its notices go to the server's log."""
+    import logging
+
     from shep.home.runtime import Runtime
 
-    return Runtime.from_environment(debug=debug)
+    return Runtime.from_environment(debug=debug, say=logging.getLogger("shep.web").warning)
 
 
 def store_label(db_file: str, store_url: str | None) -> str:
@@ -594,7 +594,7 @@ def reject(runtime: Runtime, item_id: str, *, actor: str, reason: str) -> None:
 
 
 def resume_decided(runtime: Runtime) -> None:
-    """Start a worker for every run whose awaited decision nobody acted on yet: what
-    every shep command does first (``Runtime.check_inbox``), here right after a decision.
-    """
-    runtime.check_inbox(notice=False)
+    """Start a worker for every run whose decision nobody acted on yet (``check_inbox``)."""
+    from shep.runs.inbox_watch import check_inbox
+
+    check_inbox(runtime, notice=False)
