@@ -201,3 +201,31 @@ def test_demo_agent_is_built_in_and_labelled() -> None:
     assert "[demo agent" in result.text
     assert result.session_id is not None
     assert result.session_id.startswith("demo-")
+
+
+def test_ci_installs_the_versions_shep_is_verified_with() -> None:
+    """.ci/install-agent-clis installs, for each agent CLI, the version its spec says shep is
+    verified with (``verified_version``, which `shep doctor` checks the user's against):
+    changing one without the other fails here."""
+    import re
+
+    script = (Path(__file__).parents[2] / ".ci" / "install-agent-clis").read_text()
+    packages = dict(
+        spec.rsplit("@", 1) for spec in re.findall(r'^\s+"(@?[^"@]+@[^"]+)"$', script, re.M)
+    )
+    (aider,) = re.findall(r'^AIDER_VERSION="([^"]+)"$', script, re.M)
+    pinned = {"aider-chat": aider, **packages}
+    by_package = {
+        "@anthropic-ai/claude-code": "claude-code",
+        "@openai/codex": "codex",
+        "@google/gemini-cli": "gemini-cli",
+        "opencode-ai": "opencode",
+        "@qwen-code/qwen-code": "qwen-code",
+        "@continuedev/cli": "continue",
+        "aider-chat": "aider",
+    }
+    assert set(pinned) == set(by_package)
+    for package, version in pinned.items():
+        spec = AGENT_SPECS[by_package[package]]
+        assert package in spec.install_hint
+        assert (package, spec.verified_version) == (package, version)

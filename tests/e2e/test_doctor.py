@@ -480,3 +480,19 @@ def test_doctor_names_who_holds_the_store_write_lock(shep_home: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_doctor_finds_git_too_old(tmp_path: Path, shep_home: Path) -> None:
+    """A git older than the oldest shep works with (2.38: merge-tree --write-tree): FAIL
+    saying which to install."""
+    _healthy_demo_home()
+    bin_dir = tmp_path / "old-git"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text("#!/bin/sh\necho 'git version 2.30.1'\n")
+    (bin_dir / "git").chmod(0o755)
+    done = shep("doctor", env={"PATH": f"{bin_dir}:{BASE_PATH}"})
+    assert done.returncode == 1
+    assert _lines(done.stdout)["git"] == (
+        "FAIL  git: git 2.30.1 is older than 2.38, the oldest shep works with. "
+        "Upgrade git to 2.38 or newer."
+    )
