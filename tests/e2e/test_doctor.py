@@ -496,3 +496,40 @@ def test_doctor_finds_git_too_old(tmp_path: Path, shep_home: Path) -> None:
         "FAIL  git: git 2.30.1 is older than 2.38, the oldest shep works with. "
         "Upgrade git to 2.38 or newer."
     )
+
+
+def test_doctor_compares_the_stores_schema_with_this_sheps(shep_home: Path) -> None:
+    """A store of an older schema is a warn saying the next command migrates it (and where
+    the copy goes); one of a newer schema is a FAIL naming the shep to upgrade to. Doctor
+    migrates neither."""
+    _healthy_demo_home()
+    db = shep_home / "shep.db"
+    conn = apsw.Connection(str(db))
+    conn.execute("DROP TABLE shep_meta; PRAGMA user_version=1")  # as shep 0.1.0 left it
+    conn.close()
+    old = shep("doctor", env={"PATH": BASE_PATH})
+    assert old.returncode == 0, old.stdout
+    assert _lines(old.stdout)["store"] == (
+        f"warn  store: {db}: schema 1, written by shep 0.1.0; quick_check ok; the next "
+        f"command migrates it to schema {versions.STORE_SCHEMA_VERSION}, after copying it to "
+        f"{db}.bak-0.1.0"
+    )
+    conn = apsw.Connection(str(db))
+    assert conn.execute("PRAGMA user_version").fetchall() == [(1,)]
+    newer = versions.STORE_SCHEMA_VERSION + 1
+    conn.execute(
+        f"CREATE TABLE shep_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+        f"INSERT INTO shep_meta VALUES ('schema_written_by', '9.1.0'), "
+        f"('newest_writer', '9.1.0'); PRAGMA user_version={newer}"
+    )
+    conn.close()
+    new = shep("doctor", env={"PATH": BASE_PATH})
+    assert new.returncode == 1
+    assert _lines(new.stdout)["store"] == (
+        f"FAIL  store: {db}: schema {newer}, written by shep 9.1.0; quick_check ok; this shep "
+        f"writes schema {versions.STORE_SCHEMA_VERSION} and will not write to it. "
+        "Upgrade shep to 9.1.0 or later."
+    )
+    assert shep("--version").stdout.splitlines()[2] == (
+        f"store: {db}: schema {newer}, written by shep 9.1.0"
+    )
