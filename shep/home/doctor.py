@@ -14,7 +14,7 @@ import glob
 import os
 import shutil
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 import apsw
@@ -72,7 +72,8 @@ def check_versions(runtime: Runtime) -> tuple[Check, StoreVersions]:
 
 def store_data(store: StoreVersions) -> dict[str, Any]:
     """The store's versions as plain values (``--json``): its error as its message."""
-    data = asdict(store)
+    data = {f.name: getattr(store, f.name) for f in fields(store)}
+    data["projections"] = dict(store.projections)
     data["error"] = str(store.error) if store.error is not None else None
     return data
 
