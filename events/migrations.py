@@ -384,6 +384,28 @@ def _pg_schema(datastore: PgDatastore, recorder: PgProcessRecorder) -> tuple[int
     return int(meta.get("schema_version", 1)), meta
 
 
+def read_postgres_schema(url: str, *, connect_timeout: float) -> tuple[int, dict[str, str]]:
+    """The shared store's schema version (0: no tables yet) and its ``shep_meta`` rows,
+    read without changing anything (``shep --version``, ``shep doctor``).
+
+    Raises the shep error a user can act on (``events.postgres_url.store_error``) when
+    the server cannot be reached within ``connect_timeout`` s or refuses us.
+    """
+    from events.postgres import PgDatastore, PgProcessRecorder
+    from events.postgres_url import store_error
+
+    try:
+        datastore = PgDatastore(url, pool_size=1, max_overflow=0, connect_timeout=connect_timeout)
+    except Exception as e:
+        raise store_error(e, url) from e
+    try:
+        return _pg_schema(datastore, PgProcessRecorder(datastore))
+    except Exception as e:
+        raise store_error(e, url) from e
+    finally:
+        datastore.close()
+
+
 def _upgrade_postgres(datastore: PgDatastore, recorder: PgProcessRecorder) -> int:
     """Migrate the shared store to our schema in one transaction; return the version it
     was at (another home may have migrated it meanwhile, or past us)."""

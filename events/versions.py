@@ -8,7 +8,7 @@ installed metadata (``importlib.metadata``) would scan ``sys.path`` on every
 store records it and ``events`` imports nothing of ours.
 
 Each stored event type has its own version (``Event.class_version``, see
-``events.catalog``); the checkpoint state's is in ``shep.runs.checkpoints``.
+``events.catalog``); each projection's is in ``projections.tables``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ SHEP_VERSION = "0.2.0"
 #: and on the shared store alike. A newer shep migrates an older store forward once
 #: (``events.migrations``); an older shep does not write to a newer one.
 STORE_SCHEMA_VERSION = 2
+
+#: The shape of the state a run's checkpoints hold, as ``shep.runs.checkpoints`` writes
+#: it (in each checkpoint's metadata) and upcasts older ones. Said here, beside the
+#: others, so that ``shep --version`` names it without importing LangGraph.
+CHECKPOINT_STATE_VERSION = 1
 
 
 def version_key(version: str) -> tuple[int, ...]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from events.errors import AgentError, AgentNotFoundError, SettingsError
+from events.errors import (
+    AgentError,
+    AgentNotFoundError,
+    AgentOutputError,
+    AgentTimeoutError,
+    SettingsError,
+)
 from shep.agents import (
     aider,
     claude_code,
@@ -21,7 +27,7 @@ from shep.agents import (
 )
 from shep.agents.failures import clean
 from shep.agents.model import AgentExecutor
-from shep.agents.process import ProcessLimits
+from shep.agents.process import AgentProcess, ProcessLimits
 from shep.agents.spec import AgentSpec, lazy_executor
 
 __all__ = ["AGENT_SPECS", "create_executor", "get_spec", "probe_version", "require_installed"]
@@ -105,47 +111,76 @@ def create_executor(
     return get_spec(agent_type).create(token=token, binary=binary, env=env, limits=limits)
 
 
+#: Bytes of a ``--version`` answer read at most (a line longer than it stops the binary).
+_VERSION_OUTPUT = 64 * 1024
+#: Lines of a ``--version`` answer kept (the version is on one of the first).
+_VERSION_LINES = 20
+
+
 def probe_version(agent_type: str, binary: str | None = None, *, timeout: float = 15.0) -> str:
     """The version ``<binary> --version`` reports (e.g. ``"2.1.197"``).
 
-    Raises ``AgentNotFoundError`` (with the install command) if the binary is
-    missing, ``AgentError`` if it fails or does not answer within ``timeout`` s.
+    The binary is untrusted: it runs in its own process group, which is killed
+    (children included) when it does not answer within ``timeout`` s, and what it
+    prints is read up to a bound. Raises ``AgentNotFoundError`` (with the install
+    command) if the binary is missing, ``AgentError`` if it fails, says nothing, or
+    does not answer in time.
     """
     spec = get_spec(agent_type)
     if not spec.binary:
         return spec.verified_version or "built-in"
     executable = binary or spec.binary
+    command = f"`{executable} --version`"
+    limits = ProcessLimits(
+        kill_grace=1.0, output_cap=_VERSION_OUTPUT, drain=0.5, stderr_tail=_VERSION_OUTPUT
+    )
+    kept: list[bytes] = []
     try:
-        done = subprocess.run(
+        with AgentProcess(
             [executable, "--version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdin=None,
+            env=os.environ,
+            cwd=None,
+            limits=limits,
             timeout=timeout,
-            start_new_session=True,
-            check=False,
-        )
-    except FileNotFoundError as e:
-        raise AgentNotFoundError(
-            f"{spec.label} is not installed: `{executable}` was not found. "
-            f"Install it with `{spec.install_hint}`.",
             agent=spec.type,
-        ) from e
-    except PermissionError as e:
-        raise AgentNotFoundError(
-            f"{spec.label}: `{executable}` is not executable. Reinstall it with "
-            f"`{spec.install_hint}`.",
-            agent=spec.type,
-        ) from e
-    except subprocess.TimeoutExpired as e:
+            label=spec.label,
+            install_hint=spec.install_hint,
+        ) as proc:
+            for line in proc.lines():
+                if len(kept) < _VERSION_LINES:
+                    kept.append(line)
+            outcome = proc.finish()
+    except AgentNotFoundError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            raise AgentNotFoundError(
+                f"{spec.label} is not installed: `{executable}` was not found. "
+                f"Install it with `{spec.install_hint}`.",
+                agent=spec.type,
+            ) from e.__cause__
+        if isinstance(e.__cause__, PermissionError):
+            raise AgentNotFoundError(
+                f"{spec.label}: `{executable}` is not executable. Reinstall it with "
+                f"`{spec.install_hint}`.",
+                agent=spec.type,
+            ) from e.__cause__
+        raise
+    except AgentTimeoutError as e:
         raise AgentError(
-            f"{spec.label}: `{executable} --version` did not answer within {timeout:g} s.",
+            f"{spec.label}: {command} did not answer within {timeout:g} s; shep stopped it.",
             agent=spec.type,
         ) from e
-    stdout = done.stdout.decode("utf-8", errors="replace")
-    stderr = done.stderr.decode("utf-8", errors="replace")
-    if done.returncode != 0:
+    except AgentOutputError as e:
         raise AgentError(
-            f"{spec.label}: `{executable} --version` failed with exit code {done.returncode}: "
+            f"{spec.label}: {command} printed a line of more than "
+            f"{_VERSION_OUTPUT // 1024} KiB; shep stopped it.",
+            agent=spec.type,
+        ) from e
+    stdout = b"\n".join(kept).decode("utf-8", errors="replace")
+    stderr = outcome.stderr
+    if outcome.exit_code != 0:
+        raise AgentError(
+            f"{spec.label}: {command} failed with exit code {outcome.exit_code}: "
             f"{clean(stderr or stdout) or 'no message'}",
             agent=spec.type,
         )
@@ -155,7 +190,5 @@ def probe_version(agent_type: str, binary: str | None = None, *, timeout: float 
             return match.group(0)
     first = next((line.strip() for line in stdout.splitlines() if line.strip()), "")
     if not first:
-        raise AgentError(
-            f"{spec.label}: `{executable} --version` printed nothing.", agent=spec.type
-        )
-    return first
+        raise AgentError(f"{spec.label}: {command} printed nothing.", agent=spec.type)
+    return first[:200]

@@ -18,7 +18,6 @@ from events.display import printable
 from events.errors import ShepError
 from events.sqlite_file import home_from_env, store_error
 from events.words import counted
-from shep import __version__
 from shep.cli.render import ProgressLine, say_on_stderr
 from shep.home.runtime import Runtime
 
@@ -46,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "supervisor": "shep.cli.supervisor:supervisor",
     "store": "shep.cli.store:store",
     "ui": "shep.cli.ui:ui",
+    "doctor": "shep.cli.doctor:doctor",
 }
 
 INTERNAL_ERROR_EXIT = 70
@@ -56,9 +56,13 @@ _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
 #: `replay` writes nothing at all (the orphan check would append events).
 #: `supervisor` decides items of any run: a run it resumes is started by it, not orphaned.
+#: `doctor` reports on the home as it is, and changes nothing of it.
 _NO_ORPHAN_CHECK = frozenset(
-    {"_worker", "_await", "workflows", "demo", "audit", "replay", "supervisor"}
+    {"_worker", "_await", "workflows", "demo", "audit", "replay", "supervisor", "doctor"}
 )
+#: Commands that run on a damaged ``$SHEP_HOME/store``: the one that rewrites it, the one
+#: that reports it.
+_REPAIRING = frozenset({"settings", "doctor"})
 
 #: Driver errors that say the store itself failed (anything else is a bug of ours).
 _STORE_FAILURES = (
@@ -134,9 +138,24 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        # Imported only when asked: the store's versions are read from it, read-only.
+        from shep.cli.doctor import print_version
+
+        print_version(ctx, param, value)
+
+
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors (also SHEP_DEBUG=1).")
-@click.version_option(__version__, prog_name="shep")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show shep's version, the versions of what it stores, and the store's; then exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Run AI coding agents through workflows on your repository, and keep a record of all of it.
@@ -148,7 +167,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
         return  # a command's help: no store is opened, no run marked, no deadline applied
     # `shep settings store` must still work when the file it rewrites is damaged.
     ctx.obj = Runtime.from_environment(
-        debug=debug, repairing=ctx.invoked_subcommand == "settings", say=say_on_stderr
+        debug=debug, repairing=ctx.invoked_subcommand in _REPAIRING, say=say_on_stderr
     )
     ctx.obj.on_progress = ProgressLine()  # a projection this shep changed is rebuilt first
     ctx.call_on_close(ctx.obj.close)

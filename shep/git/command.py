@@ -55,6 +55,12 @@ GIT_TIMEOUT = 300.0
 #: Seconds a command that talks to a server (push, ``gh``) may take.
 NETWORK_TIMEOUT = 600.0
 
+#: The oldest git shep works with: merges are computed with ``merge-tree --write-tree``.
+MINIMUM_GIT = (2, 38)
+_MINIMUM = ".".join(map(str, MINIMUM_GIT))
+_NO_GIT = f"git is not installed or not on PATH; install git {_MINIMUM} or newer."
+_GIT_VERSION = re.compile(r"git version (\d+)\.(\d+)(?:\.(\d+))?")
+
 #: The identity of the commits shep makes when the user has configured none.
 SHEP_NAME = "shep"
 SHEP_EMAIL = "shep@localhost"
@@ -266,12 +272,38 @@ def _run(
             check=False,
         )
     except FileNotFoundError as e:
-        raise GitError("git is not installed or not on PATH; install git 2.38 or newer.") from e
+        raise GitError(_NO_GIT) from e
     except subprocess.TimeoutExpired as e:
         raise GitError(
             f"Cannot {doing}: git {subcommand(tuple(args))} did not finish within "
             f"{timeout:g}s in {tree.path}."
         ) from e
+
+
+def git_version(*, timeout: float = 10.0) -> tuple[int, ...]:
+    """The version of the git on PATH (``(2, 39, 5)``); GitError if there is none, or it
+    does not say (no repository is involved: nothing of a repository's config runs).
+    """
+    try:
+        done = subprocess.run(
+            ["git", "--version"],
+            env=environment(),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as e:
+        raise GitError(_NO_GIT) from e
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise GitError(f"`git --version` failed ({e}); reinstall git {_MINIMUM} or newer.") from e
+    found = _GIT_VERSION.search(done.stdout)
+    if done.returncode != 0 or found is None:
+        said = reason(done.stderr) or done.stdout.strip()[:200] or f"exit code {done.returncode}"
+        raise GitError(f"`git --version` did not say its version ({said}).")
+    return tuple(int(part) for part in found.groups() if part is not None)
 
 
 def check_link(worktree: Path, git_dir: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from events.base import topic_of
+from events.base import Event, topic_of
 from events.errors import AgentNotConfiguredError, UnknownEventError
 from events.setting_values import (
     SettingValue,
@@ -112,16 +112,46 @@ def read_setting_values(conn: apsw.Connection) -> SettingValues:
     return fold_values(changes)
 
 
+def read_agent_configured(conn: apsw.Connection) -> AgentConfigured | None:
+    """The agent setting as last recorded in the settings stream in shep.db (None: no
+    agent configured), read as cheaply as ``read_setting_values``, from a read-only
+    connection too (``shep doctor`` reads the home without changing it)."""
+    try:
+        row = conn.execute(
+            "SELECT state FROM stored_events WHERE originator_id=? AND topic=? "
+            "ORDER BY originator_version DESC LIMIT 1",
+            (SETTINGS_STREAM_ID.hex, topic_of(AgentConfigured)),
+        ).fetchone()
+        if row is None:
+            return None
+        return agent_configured_from(row[0])
+    except UnknownEventError as e:
+        from events.migrations import written_by
+
+        raise e.naming(written_by(conn), where=f"The event store {conn.filename}") from None
+
+
+def agent_configured_from(state: bytes) -> AgentConfigured:
+    """A stored ``AgentConfigured`` of any version (upcast; a newer one refused)."""
+    event = _stored(AgentConfigured, state)
+    assert isinstance(event, AgentConfigured)
+    return event
+
+
 def _setting_changed(state: bytes) -> SettingChanged:
-    """A stored ``SettingChanged`` of any version, as the catalog reads it (upcast from an
+    event = _stored(SettingChanged, state)
+    assert isinstance(event, SettingChanged)
+    return event
+
+
+def _stored(cls: type[Event], state: bytes) -> Event:
+    """A stored ``cls`` event of any version, as the catalog reads it (upcast from an
     older one; a newer one refused) without importing the catalog."""
     import msgspec
 
     from events.base import reader_of, upcast
 
     try:
-        event = reader_of(SettingChanged)(state)
+        return reader_of(cls)(state)
     except msgspec.ValidationError:
-        event = upcast(SettingChanged, state)
-    assert isinstance(event, SettingChanged)
-    return event
+        return upcast(cls, state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from shep.agents import (
     create_executor,
     probe_version,
 )
-from tests.agents.conftest import Fake
+from tests.agents.conftest import Fake, pid_gone
 
 TYPES = (
     "claude-code",
@@ -155,6 +156,28 @@ def test_probe_version_times_out(fake: Fake) -> None:
         probe_version("aider", script, timeout=0.2)
 
 
+def test_probe_version_that_hangs_has_its_whole_group_killed(fake: Fake) -> None:
+    """A --version that hangs in a child of its own (as a node launcher does) leaves no
+    process behind: the timeout kills the binary's whole process group, not only it."""
+    pidfile = fake.tmp / "child.pid"
+    script = _version_script(fake, f"sleep 30 & echo $! > {pidfile}; wait")
+    with pytest.raises(AgentError, match=r"did not answer within 0\.5 s"):
+        probe_version("aider", script, timeout=0.5)
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not pid_gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid_gone(child)
+
+
+def test_probe_version_reads_a_flood_up_to_a_bound(fake: Fake) -> None:
+    """A --version that prints without end is stopped once its line passes the bound, not
+    read into memory until the timeout."""
+    script = _version_script(fake, "exec tr '\\0' x < /dev/zero")
+    with pytest.raises(AgentError, match="printed a line of more than 64 KiB"):
+        probe_version("aider", script, timeout=60)
+
+
 def test_probe_version_without_a_version_number_returns_the_first_line(fake: Fake) -> None:
     """Output without a dotted number comes back as its first line."""
     assert probe_version("continue", _version_script(fake, "echo 'nightly build'")) == (
@@ -178,3 +201,31 @@ def test_demo_agent_is_built_in_and_labelled() -> None:
     assert "[demo agent" in result.text
     assert result.session_id is not None
     assert result.session_id.startswith("demo-")
+
+
+def test_ci_installs_the_versions_shep_is_verified_with() -> None:
+    """.ci/install-agent-clis installs, for each agent CLI, the version its spec says shep is
+    verified with (``verified_version``, which `shep doctor` checks the user's against):
+    changing one without the other fails here."""
+    import re
+
+    script = (Path(__file__).parents[2] / ".ci" / "install-agent-clis").read_text()
+    packages = dict(
+        spec.rsplit("@", 1) for spec in re.findall(r'^\s+"(@?[^"@]+@[^"]+)"$', script, re.M)
+    )
+    (aider,) = re.findall(r'^AIDER_VERSION="([^"]+)"$', script, re.M)
+    pinned = {"aider-chat": aider, **packages}
+    by_package = {
+        "@anthropic-ai/claude-code": "claude-code",
+        "@openai/codex": "codex",
+        "@google/gemini-cli": "gemini-cli",
+        "opencode-ai": "opencode",
+        "@qwen-code/qwen-code": "qwen-code",
+        "@continuedev/cli": "continue",
+        "aider-chat": "aider",
+    }
+    assert set(pinned) == set(by_package)
+    for package, version in pinned.items():
+        spec = AGENT_SPECS[by_package[package]]
+        assert package in spec.install_hint
+        assert (package, spec.verified_version) == (package, version)

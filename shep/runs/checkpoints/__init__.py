@@ -121,7 +121,7 @@ from events.checkpoints import (
 from events.errors import ConcurrencyError, StoreTooNewError
 from events.sqlite_file import store_error
 from events.store import EventStore
-from events.versions import SHEP_VERSION
+from events.versions import CHECKPOINT_STATE_VERSION, SHEP_VERSION
 from projections.catch_up import catch_up
 from projections.checkpoints import (
     CheckpointRow,
@@ -147,12 +147,12 @@ OutboxBuilder = Callable[[int], Sequence[Event]]
 #: How many version conflicts one append survives before giving up.
 MAX_ATTEMPTS = 20
 
-#: The version of the checkpoint state this saver writes (its serializer's output, as
-#: shep stores it), recorded in each checkpoint's metadata under ``STATE_VERSION_KEY``
+#: The version of the checkpoint state this saver writes (``CHECKPOINT_STATE_VERSION``,
+#: said in ``events.versions`` so that ``shep --version`` names it without importing
+#: LangGraph), recorded in each checkpoint's metadata under ``STATE_VERSION_KEY``
 #: and taken out again when read (absent: version 1, shep 0.1.0). A newer shep that
 #: changes it adds ``STATE_UPCASTERS[N]`` (a version-N checkpoint, in place, to N+1);
 #: a checkpoint of a newer version is refused, never resumed from.
-CHECKPOINT_STATE_VERSION = 1
 STATE_VERSION_KEY = "shep_state_version"
 STATE_UPCASTERS: dict[int, Callable[[Checkpoint], None]] = {}
 
