@@ -233,7 +233,6 @@ KNOWN: dict[str, set[str]] = {
         "events.sqlite",
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
-        "shep.cli.settings",
     },
     "private": {
         "shep.runs.checkpoints self.store._error",

@@ -1,4 +1,6 @@
-"""``shep store migrate``: copy a home's SQLite log into an empty shared PostgreSQL store."""
+"""Where a home's event log lives: ``shep settings store`` shows or chooses it (shep.db, or a
+shared PostgreSQL store), and ``shep store migrate`` copies a home's SQLite log into an
+empty shared store."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from events.words import counted
 from shep.cli.render import events_verify
@@ -168,3 +171,92 @@ def _copy_rows(conn: apsw.Connection, dest: EventStore, curs: Any, where: str) -
     ):
         recorder._insert_tracking(curs, Tracking(str(name), int(position)))
     return copied
+
+
+@click.command("store")
+@click.option(
+    "--url",
+    metavar="URL",
+    help="postgresql://USER@HOST:PORT/DB of the shared store. No password here (it would "
+    "show in the process list): PGPASSWORD, ~/.pgpass, or --url-stdin.",
+)
+@click.option(
+    "--url-stdin", is_flag=True, help="Read the URL (it may hold a password) from standard input."
+)
+@click.option("--local", is_flag=True, help="Back to this home's own SQLite file, shep.db.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def store_command(
+    runtime: Runtime, url: str | None, url_stdin: bool, local: bool, as_json: bool
+) -> None:
+    """Show or choose where this home's event log lives: shep.db, or a shared PostgreSQL store.
+
+    A team points every machine at one shared store: one inbox, one status, one
+    audit trail. Each machine keeps a verified copy of the log and its read
+    models in $SHEP_HOME/shared-cache.db. The URL is kept in $SHEP_HOME/store
+    (0600, beside the tokens); SHEP_DATABASE_URL, when set, wins over it.
+    Copy an existing shep.db into an empty shared store with `shep store migrate`.
+    """
+    from events.errors import SettingsError
+    from events.postgres_url import has_password, is_postgres_url, redacted
+    from shep.home.secrets import STORE_URL_ENV, save_store_url
+
+    if sum((url is not None, url_stdin, local)) > 1:
+        raise SettingsError("Give one of --url, --url-stdin and --local.")
+    if runtime.store_file_error is not None and url is None and not (url_stdin or local):
+        raise runtime.store_file_error
+    if url_stdin:
+        url = sys.stdin.readline().strip()
+    if local:
+        save_store_url(runtime.home, None)
+        runtime = Runtime(
+            runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV), say=runtime.say
+        )
+    elif url is not None:
+        if not is_postgres_url(url):
+            raise SettingsError(f"Not a PostgreSQL URL: {redacted(url)} (postgresql://...).")
+        if has_password(url) and not url_stdin:
+            raise SettingsError(
+                "--url must not hold a password: it would show in the process list. "
+                "Use PGPASSWORD, ~/.pgpass, or pipe the URL to --url-stdin."
+            )
+        # Reach it (and create its tables) before saving: a typo fails here, not later.
+        from events.store import EventStore
+
+        with EventStore(url, on_notice=lambda line: click.echo(f"shep: {line}", err=True)) as store:
+            store.max_position()
+        save_store_url(runtime.home, url)
+        runtime = Runtime(
+            runtime.home_dir, store_url=os.environ.get(STORE_URL_ENV) or url, say=runtime.say
+        )
+    _print_store(runtime, as_json=as_json)
+
+
+def _print_store(runtime: Runtime, *, as_json: bool) -> None:
+    from events.postgres_url import redacted
+    from shep.home.secrets import STORE_URL_ENV
+
+    data: dict[str, Any]
+    if runtime.store_url is None:
+        data = {"store": "sqlite", "path": runtime.db_file}
+    else:
+        from projections.mirror import staleness
+
+        conn = runtime.read_db()
+        age, copied = staleness(conn)
+        data = {
+            "store": "postgresql",
+            "url": redacted(runtime.store_url),
+            "from": STORE_URL_ENV if os.environ.get(STORE_URL_ENV) else "shep settings store",
+            "copy": runtime.db_file,
+            "copied_events": copied,
+            "copied_seconds_ago": None if age is None else round(age, 1),
+        }
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(data).decode(), indent=2))
+        return
+    if data["store"] == "sqlite":
+        click.echo(f"store: this home's own SQLite file {data['path']}")
+        return
+    click.echo(f"store: shared PostgreSQL {data['url']} (from {data['from']})")
+    click.echo(f"copy: {data['copy']} ({counted(data['copied_events'], 'event')})")
