@@ -37,7 +37,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,36 @@ def shep(
     return done.stdout
 
 
+def wait_for(done: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Poll ``done`` until it holds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def _processes(root: Path) -> list[int]:
+    """Pids of the processes whose SHEP_HOME is in the world (workers, agents, supervisor)."""
+    needle = f"SHEP_HOME={root}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(v.startswith(needle) for v in environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found
+
+
+def settle(root: Path, timeout: float = 180) -> None:
+    """Wait until no process of the world runs."""
+    wait_for(lambda: not _processes(root), "the world's processes to end", timeout)
+
+
 def mask(text: str, root: Path) -> str:
     """What varies between machines, or between two readings of one store, made stable:
     the world's root, a pid in prose, when an export was made. The maker and the test
@@ -202,7 +233,9 @@ def pack_store(db: Path, target: Path) -> None:
     clean.unlink()
 
 
-_SKIPPED = re.compile(r"(^|/)(shep\.db(-wal|-shm|\.bak-.*)?|packed\.db|.*\.lock|.*\.sock)$")
+_SKIPPED = re.compile(
+    r"(^|/)(shep\.db(-wal|-shm|\.bak-.*)?|packed\.db|.*\.lock|.*\.sock|hooks/.*\.sample)$"
+)
 
 
 def pack_world(root: Path, parts: tuple[str, ...], target: Path) -> None:

@@ -45,7 +45,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,9 @@ from tests.corpus.entry import (
     pack_world,
     prepare,
     reads,
+    settle,
     shep,
+    wait_for,
     world_lock,
     world_root,
 )
@@ -68,35 +70,6 @@ _GIT_DATES = {
     "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00",
     "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00",
 }
-
-
-def _wait(done: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
-def _processes(root: Path) -> list[int]:
-    """Pids of the processes whose SHEP_HOME is in the world (workers, agents, supervisor)."""
-    needle = f"SHEP_HOME={root}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if any(v.startswith(needle) for v in environ.split(b"\0")):
-            found.append(int(entry.name))
-    return found
-
-
-def settle(root: Path, timeout: float = 180) -> None:
-    """Wait until no process of the world runs."""
-    _wait(lambda: not _processes(root), "the world's processes to end", timeout)
 
 
 def repository(env: Mapping[str, str], path: Path) -> Path:
@@ -144,7 +117,7 @@ def _background_id(output: str) -> str:
 def _kill_worker(env: Mapping[str, str], run: str) -> None:
     pid = status(env, run)["pid"]
     os.kill(int(pid), signal.SIGKILL)
-    _wait(lambda: not Path(f"/proc/{pid}").exists(), f"worker {pid} to die", 30)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), f"worker {pid} to die", 30)
 
 
 def _events(env: Mapping[str, str], run: str) -> list[dict[str, Any]]:
@@ -174,7 +147,7 @@ class Story:
         cancelled = _background_id(
             shep(slow, "run", "analyze-repository", "--background", cwd=repo)
         )
-        _wait(lambda: status(self.env, cancelled)["current_node"] == "scan", "a running node")
+        wait_for(lambda: status(self.env, cancelled)["current_node"] == "scan", "a running node")
         shep(self.env, "cancel", cancelled, "--grace", "1")
         self.add("cancelled", cancelled, None)
         settle(self.root)
@@ -182,10 +155,10 @@ class Story:
         interrupted = _background_id(
             shep(slow, "run", "analyze-repository", "--background", "--no-resume", cwd=repo)
         )
-        _wait(lambda: status(self.env, interrupted)["current_node"] == "scan", "a running node")
+        wait_for(lambda: status(self.env, interrupted)["current_node"] == "scan", "a running node")
         _kill_worker(self.env, interrupted)
         settle(self.root)
-        _wait(lambda: status(self.env, interrupted)["status"] == "interrupted", "interrupted")
+        wait_for(lambda: status(self.env, interrupted)["status"] == "interrupted", "interrupted")
         self.add("interrupted", interrupted, "resume")
 
     def feature(self, repo: Path) -> str:
@@ -235,7 +208,7 @@ class Story:
             "20",
         )
         run = self.feature(repo)
-        _wait(
+        wait_for(
             lambda: [i["node"] for i in inbox(self.env, run)] == ["merge_gate"],
             "the supervisor to decide up to the merge",
             300,
@@ -277,10 +250,10 @@ class Story:
         def one_task_done() -> bool:
             return any(e["kind"] == "task.completed" for e in _events(self.env, run))
 
-        _wait(one_task_done, "a task of implement to complete", 120)
+        wait_for(one_task_done, "a task of implement to complete", 120)
         _kill_worker(self.env, run)
         settle(self.root)
-        _wait(lambda: status(self.env, run)["status"] == "interrupted", "interrupted")
+        wait_for(lambda: status(self.env, run)["status"] == "interrupted", "interrupted")
         self.add("implementing", run, "resume")
 
 
