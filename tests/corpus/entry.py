@@ -20,6 +20,8 @@ Files of an entry:
 - ``outputs/``: what a user sees, as ``reads`` gives it: ``status.json``,
   ``inbox.json``, ``logs/<name>.jsonl``, ``replay/<name>.jsonl``,
   ``audit-export.jsonl.gz`` and ``head.txt`` (the ``audit verify`` head hash).
+- ``shared.sql.gz``: the same store moved into a shared store (``shep store migrate``)
+  and dumped (``pg_dump``, plain SQL), where PostgreSQL was installed (``shared.py``).
 - ``changes``: the differences a later shep may show, each documented (see
   ``accepted_changes``).
 """

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.corpus import shared
 from tests.corpus.entry import (
     HISTORIES,
     Entry,
@@ -277,6 +278,7 @@ def make(version: str) -> Entry:
         pack_store(root / "home" / "shep.db", entry.path / "shep.db.gz")
         parts = tuple(p.name for p in sorted(root.iterdir()) if p.name not in ("bin", "tmp"))
         pack_world(root, parts, entry.path / "world.tar.gz")
+        _shared_copy(env, entry)
     return entry
 
 
@@ -300,7 +302,25 @@ def convert(version: str, store: Path) -> Entry:
         }
         entry = _record(root, env, version, runs)
         pack_store(home / "shep.db", entry.path / "shep.db.gz")
+        _shared_copy(env, entry)
     return entry
+
+
+def _shared_copy(env: Mapping[str, str], entry: Entry) -> None:
+    """Where PostgreSQL is installed: the store moved into a shared store and dumped into
+    the entry, after checking that it reads the same there."""
+    with shared.server() as pg:
+        if pg is None:
+            print("PostgreSQL is not installed: the entry has no shared-store copy.")
+            return
+        url = shared.dump(env, pg, entry.path / shared.SHARED)
+        ids = {name: r["run_id"] for name, r in entry.runs.items()}
+        root = world_root(entry.version)
+        found = reads({**env, "SHEP_DATABASE_URL": url}, ids, root)
+        recorded = entry.outputs()
+        differing = [name for name in recorded if found.get(name) != recorded[name]]
+        if differing:
+            raise AssertionError(f"the shared store reads otherwise: {differing}")
 
 
 def _record(
@@ -316,9 +336,14 @@ def _record(
     if reads(env, ids, root) != outputs:
         raise AssertionError("two readings of the store differ: something is not masked")
     target = HISTORIES / version
+    kept = target / "README.md"  # written by hand, for a converted store
+    readme = kept.read_text() if kept.exists() else None
     if target.exists():
         shutil.rmtree(target)
     entry = Entry(target)
+    target.mkdir(parents=True)
+    if readme is not None:
+        kept.write_text(readme)
     entry.write_outputs(outputs)
     (target / "runs.json").write_text(json.dumps(runs, indent=2, sort_keys=True) + "\n")
     (target / "changes").write_text(

@@ -8,6 +8,7 @@ Entries are made by ``python -m tests.corpus.make`` (see ``tests/corpus/entry.py
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from events.versions import SHEP_VERSION
+from tests.corpus import shared
 from tests.corpus.entry import (
     HISTORIES,
     Entry,
@@ -29,6 +31,7 @@ from tests.corpus.entry import (
     world_lock,
     world_root,
 )
+from tests.postgres_server import REQUIRE_ENV
 
 
 def test_this_version_has_an_entry() -> None:
@@ -94,6 +97,38 @@ def _status(env: Mapping[str, str], run: str) -> dict[str, Any]:
     return next(r for r in runs if r["run_id"] == run)
 
 
+def _reads_the_same_and_finishes(entry: Entry, env: Mapping[str, str]) -> None:
+    """The checks of an entry opened in ``env`` (its world unpacked): see the tests."""
+    recorded = entry.outputs()
+    runs = {name: r["run_id"] for name, r in entry.runs.items()}
+    accepted = accepted_changes(entry)
+    root = world_root(entry.version)
+    now = reads(env, runs, root)
+    assert sorted(now) == sorted(recorded)
+    differing = [
+        name
+        for name in sorted(recorded)
+        if comparable(name, now[name], accepted) != comparable(name, recorded[name], accepted)
+    ]
+    assert not differing, f"reads of the {entry.version} store changed: {differing}"
+    assert verified_head(env) == recorded["head.txt"].strip()
+    export = root / "export.jsonl"
+    export.write_text(shep(env, "audit", "export"))
+    shep(env, "audit", "verify", "--export", str(export))
+
+    finished = 0
+    for name, run in sorted(entry.runs.items()):
+        if run["finish"] is None:
+            continue
+        assert _status(env, run["run_id"])["status"] == run["status"], name
+        final = _driven_to_completion(env, run["run_id"], run["finish"])
+        assert final["status"] == "completed", (name, final["status"], final["error"])
+        finished += 1
+    if finished:
+        assert verified_head(env) != recorded["head.txt"].strip()
+    settle(root)  # a supervisor the last approval started
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("entry", entries(), ids=lambda e: e.version)
@@ -103,33 +138,24 @@ def test_an_old_store_reads_the_same_and_its_runs_finish(entry: Entry) -> None:
     when the entry was made, but for the differences its ``changes`` file accepts; ``audit
     verify`` gives the same head, and a fresh export verifies; then every run that waits or
     was interrupted (a real SIGKILL) resumes to completion with the demo agent."""
-    recorded = entry.outputs()
-    runs = {name: r["run_id"] for name, r in entry.runs.items()}
-    accepted = accepted_changes(entry)
-    root = world_root(entry.version)
     with world_lock():
-        env = entry.unpack()
-        now = reads(env, runs, root)
-        assert sorted(now) == sorted(recorded)
-        differing = [
-            name
-            for name in sorted(recorded)
-            if comparable(name, now[name], accepted) != comparable(name, recorded[name], accepted)
-        ]
-        assert not differing, f"reads of the {entry.version} store changed: {differing}"
-        assert verified_head(env) == recorded["head.txt"].strip()
-        export = root / "export.jsonl"
-        export.write_text(shep(env, "audit", "export"))
-        shep(env, "audit", "verify", "--export", str(export))
+        _reads_the_same_and_finishes(entry, entry.unpack())
 
-        finished = 0
-        for name, run in sorted(entry.runs.items()):
-            if run["finish"] is None:
-                continue
-            assert _status(env, run["run_id"])["status"] == run["status"], name
-            final = _driven_to_completion(env, run["run_id"], run["finish"])
-            assert final["status"] == "completed", (name, final["status"], final["error"])
-            finished += 1
-        if finished:
-            assert verified_head(env) != recorded["head.txt"].strip()
-        settle(root)  # a supervisor the last approval started
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize(
+    "entry", [e for e in entries() if (e.path / shared.SHARED).exists()], ids=lambda e: e.version
+)
+def test_the_shared_store_copy_reads_the_same_and_its_runs_finish(entry: Entry) -> None:
+    """The entry's shared-store copy, restored on a throwaway PostgreSQL server, with the
+    world's home pointed at it (``SHEP_DATABASE_URL``): the same reads, the same head, and
+    its waiting and interrupted runs finish there too."""
+    with world_lock(), shared.server() as pg:
+        if pg is None:
+            if os.environ.get(REQUIRE_ENV):
+                pytest.fail("PostgreSQL is not installed (SHEP_REQUIRE_POSTGRES is set)")
+            pytest.skip("PostgreSQL is not installed")
+        env = entry.unpack()
+        url = shared.restore(entry, pg)
+        _reads_the_same_and_finishes(entry, {**env, "SHEP_DATABASE_URL": url})
