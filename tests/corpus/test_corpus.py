@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -127,6 +128,7 @@ def _reads_the_same_and_finishes(entry: Entry, env: Mapping[str, str]) -> None:
     if finished:
         assert verified_head(env) != recorded["head.txt"].strip()
     settle(root)  # a supervisor the last approval started
+    shutil.rmtree(root)  # kept when a check failed, to look into
 
 
 @pytest.mark.slow
