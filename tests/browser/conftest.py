@@ -43,9 +43,11 @@ def _missing(why: str) -> None:
     pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium, headless, for the session."""
+    """Debian's Chromium, headless, for the browser tests: stopped once they are done, since
+    Playwright's sync API keeps an asyncio loop running in this thread while it lives (a later
+    test running prompt-toolkit, which starts a loop of its own, would fail)."""
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
         _missing(f"{CHROMIUM} is not installed (apt-get install chromium)")
     try:
