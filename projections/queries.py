@@ -6,9 +6,9 @@ from typing import Any
 
 import apsw
 
-from events.audit import hex_prefix, single_run
 from events.errors import RunNotFoundError
-from events.runs import FINAL_STATUSES, WAITING_STATUSES, RunStatus
+from events.run_ids import hex_prefix, single_run
+from events.run_status import FINAL_STATUSES, WAITING_STATUSES, RunStatus
 
 Row = dict[str, Any]
 

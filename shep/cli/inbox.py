@@ -279,7 +279,7 @@ def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None
     """Resume the run now that it has a decision, unless a worker already runs it."""
     from commands.run_state import load_run
     from events.errors import InvalidTransitionError
-    from events.runs import WAITING_STATUSES, RunStatus
+    from events.run_status import WAITING_STATUSES, RunStatus
     from shep.cli.run import launch
 
     run_id = UUID(run_hex)

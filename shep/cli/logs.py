@@ -11,7 +11,7 @@ import click
 import msgspec
 
 from events.display import printable
-from events.runs import FINAL_STATUSES, RunStatus
+from events.run_status import FINAL_STATUSES, RunStatus
 from projections.catch_up import catch_up
 from projections.database import head_position
 from projections.follow import LogFollower

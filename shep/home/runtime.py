@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from events.errors import ShepError, StoreError, StoreTooNewError, StoreUnavailableError
-from events.runs import RunStatus
+from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
 from projections.database import has_schema, lag, open_database
@@ -74,14 +74,12 @@ class Runtime:
         ``repairing``: a damaged ``$SHEP_HOME/store`` is kept in ``store_file_error``
         instead of raised, for the command that rewrites it (``shep settings store``).
         """
-        from pathlib import Path
-
         from events.errors import SecretsError
         from shep.home.secrets import configured_store_url
 
         home = home_from_env()
         try:
-            url = configured_store_url(Path(home))
+            url = configured_store_url(home)
         except SecretsError as e:
             if not repairing:
                 raise

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import msgspec
 
-from events.audit import hex_prefix, run_in_log, single_run
+from events.audit import run_in_log
 from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event, topic_of
 from events.checkpoints import WritesSaved
@@ -27,6 +27,7 @@ from events.inbox import (
     QuestionAsked,
     item_stream_id,
 )
+from events.run_ids import hex_prefix, single_run
 from events.runs import RunCreated, RunSuspended
 from shep.replay.builder import (
     _OUTPUT_TOPIC,
