@@ -33,7 +33,7 @@ from events.store import EventStore  # noqa: E402
 NODES = ("plan", "implement", "test", "review")
 BATCH = 1_000
 #: A line as agents write them: a path, some code, a sentence.
-LINE = "src/shep/module_{i}.py:{i}: " + "x = compute(value, other) + adjust(limit) " * 8
+LINE = "src/shep/module_{i}.py:{i}: " + "x = compute(value, other) + adjust(limit) " * 3
 
 
 def write_run(db: Path, lines_per_node: int) -> tuple[UUID, int]:
