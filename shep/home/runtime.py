@@ -21,6 +21,12 @@ from projections.database import has_schema, lag, open_database
 #: The file a home on a shared store keeps its copy of the log and its projections in.
 SHARED_COPY = "shared-cache.db"
 
+#: Whether an item is pending, or decided while its run is still suspended on it: each
+#: answered by its index (the second a partial one, empty but for a moment).
+_INBOX_BUSY = (
+    "SELECT EXISTS (SELECT 1 FROM inbox WHERE status='pending') "
+    "OR EXISTS (SELECT 1 FROM inbox WHERE awaited=1 AND status!='pending')"
+)
 #: Statuses whose run needs a live process: orphan detection looks only at these.
 _NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
@@ -226,9 +232,14 @@ class Runtime:
         """
         if not self.has_store():
             return 0
+        conn = self.read_db()
+        # The indexed look watch_inbox starts with, before importing it: nothing pending and
+        # no decided item a run waits on, nothing to do (most commands, most of the time).
+        if conn.execute(_INBOX_BUSY).fetchone() == (0,):
+            return 0
         from shep.runs.inbox_watch import watch_inbox
 
-        return watch_inbox(self, self.read_db(), notice=notice)
+        return watch_inbox(self, conn, notice=notice)
 
     def require_home(self) -> None:
         if not os.path.isdir(self.home_dir):
