@@ -292,6 +292,23 @@ def bench_status_cold(home: Path, runs: int, events: int, rounds: int) -> dict[s
     }
 
 
+def bench_status_empty(home: Path, rounds: int) -> dict[str, float]:
+    """`shep status` on a home with no run over `python -c "import click, apsw, msgspec"`:
+    what every command pays before its own work (the warm-up creates the store).
+    """
+    env = {**os.environ, "SHEP_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    _compile_sources()
+    ours, baseline, cpu, baseline_cpu = _cold_ratio(
+        [sys.executable, "-m", "shep", "status"], env, rounds
+    )
+    return {
+        "status_empty_s": round(ours, 4),
+        "status_empty_baseline_s": round(baseline, 4),
+        "status_empty_ratio": round(ours / baseline, 3),
+        "status_empty_cpu_ratio": round(cpu / baseline_cpu, 3),
+    }
+
+
 def bench_inbox_cold(home: Path, runs: int, waiting: int, rounds: int) -> dict[str, float]:
     """Wall time of `shep inbox --json` with ``waiting`` of ``runs`` runs waiting, each on a
     pending question or gate, over `python -c "import click, apsw, msgspec"`.
@@ -527,69 +544,95 @@ def bench_resume(workdir: Path, kills: int) -> dict[str, float]:
     }
 
 
+#: The groups of figures, in the order they run; ``--only`` picks some of them.
+GROUPS = (
+    "appends", "long_run", "rebuild", "status", "status_empty", "inbox", "follow", "ui",
+    "snapshot", "replay", "readers", "audit", "supervisor", "checkpointer", "shared_store",
+    "resume", "approve",
+)  # fmt: skip
+
+
+def run_groups(work: Path, quick: bool, only: set[str]) -> dict[str, object]:
+    """The figures of the groups in ``only``, in ``GROUPS`` order."""
+    results: dict[str, object] = {}
+    home = work / "home"
+    runs, per_run = (1_000, 103) if quick else (10_000, 103)
+    events = 0
+    if only & {"rebuild", "status", "ui"}:  # they share one big history
+        home.mkdir(mode=0o700)
+        with EventStore(home / "shep.db") as store:
+            events = write_history(store, runs, per_run)
+    for group in (g for g in GROUPS if g in only):
+        if group == "appends":
+            results.update(
+                bench_appends(
+                    work,
+                    n_single=200 if quick else 1000,
+                    n_batches=20 if quick else 100,
+                    rounds=3 if quick else 5,
+                )
+            )
+        elif group == "long_run":
+            results.update(
+                bench_long_run(
+                    work, long_events=10_000 if quick else 100_000, rounds=5 if quick else 9
+                )
+            )
+        elif group == "rebuild":
+            results.update(bench_rebuild(home / "shep.db", rounds=3))
+        elif group == "status":
+            results.update(bench_status_cold(home, runs, events, rounds=5 if quick else 9))
+        elif group == "status_empty":
+            results.update(bench_status_empty(work / "empty", rounds=9 if quick else 21))
+        elif group == "inbox":
+            inbox_home = work / "inbox"
+            inbox_home.mkdir(mode=0o700)
+            inbox_runs, waiting = (1_000, 100) if quick else (10_000, 1_000)
+            results.update(
+                bench_inbox_cold(inbox_home, inbox_runs, waiting, rounds=5 if quick else 9)
+            )
+        elif group == "follow":
+            follow_home = work / "follow"
+            follow_home.mkdir(mode=0o700)
+            results.update(bench_follow_latency(follow_home, samples=10 if quick else 30))
+        elif group == "ui":
+            from benchmarks.ui import bench as bench_ui  # a real `shep ui`, and Chromium
+
+            follow = results.get("follow_latency_ms")
+            results.update(
+                bench_ui(home, work, quick, follow if isinstance(follow, float) else None)
+            )
+        elif group == "resume":
+            results.update(bench_resume(work / "chaos", kills=5 if quick else 20))
+        elif group == "approve":
+            results.update(bench_approve_to_resume(work / "gates", samples=3 if quick else 9))
+        else:  # a module of its own: benchmarks/<group>.py, whose bench(quick) gives its figures
+            import importlib
+
+            results.update(importlib.import_module(f"benchmarks.{group}").bench(quick))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for CI")
+    parser.add_argument(
+        "--only",
+        metavar="GROUP[,GROUP...]",
+        help=f"run only these groups of figures (of: {', '.join(GROUPS)})",
+    )
     args = parser.parse_args()
-    quick = args.quick
+    only = set(GROUPS) if args.only is None else set(args.only.split(","))
+    if only - set(GROUPS):
+        parser.error(f"no such group: {', '.join(sorted(only - set(GROUPS)))}")
     results: dict[str, object] = {
-        "quick": quick,
+        "quick": args.quick,
         "synchronous": DEFAULT_SYNCHRONOUS,
         "apsw_sqlite": apsw.sqlite_lib_version(),
     }
     with tempfile.TemporaryDirectory(prefix="shep-bench-") as tmp:
-        work = Path(tmp)
-        results.update(
-            bench_appends(
-                work,
-                n_single=200 if quick else 1000,
-                n_batches=20 if quick else 100,
-                rounds=3 if quick else 5,
-            )
-        )
-        results.update(
-            bench_long_run(work, long_events=10_000 if quick else 100_000, rounds=5 if quick else 9)
-        )
-        home = work / "home"
-        home.mkdir(mode=0o700)
-        runs, per_run = (1_000, 103) if quick else (10_000, 103)
-        with EventStore(home / "shep.db") as store:
-            events = write_history(store, runs, per_run)
-        results.update(bench_rebuild(home / "shep.db", rounds=3))
-        results.update(bench_status_cold(home, runs, events, rounds=5 if quick else 9))
-        inbox_home = work / "inbox"
-        inbox_home.mkdir(mode=0o700)
-        inbox_runs, waiting = (1_000, 100) if quick else (10_000, 1_000)
-        results.update(bench_inbox_cold(inbox_home, inbox_runs, waiting, rounds=5 if quick else 9))
-        follow_home = work / "follow"
-        follow_home.mkdir(mode=0o700)
-        results.update(bench_follow_latency(follow_home, samples=10 if quick else 30))
-        from benchmarks.ui import bench as bench_ui  # a real `shep ui`, and Chromium
-
-        follow = results.get("follow_latency_ms")
-        results.update(bench_ui(home, work, quick, follow if isinstance(follow, float) else None))
-
-        from benchmarks.snapshot import bench as bench_snapshot
-
-        results.update(bench_snapshot(quick))
-        from benchmarks.replay import bench as bench_replay
-
-        results.update(bench_replay(quick))
-        from benchmarks.audit import bench as bench_audit
-
-        results.update(bench_audit(quick))
-        from benchmarks.supervisor import bench as bench_supervisor  # imports langgraph
-
-        results.update(bench_supervisor(quick))
-        from benchmarks.checkpointer import bench as bench_checkpointer  # imports langgraph
-
-        results.update(bench_checkpointer(quick))
-        from benchmarks.shared_store import bench as bench_shared_store
-
-        results.update(bench_shared_store(quick))
-        results.update(bench_resume(work / "chaos", kills=5 if quick else 20))
-        results.update(bench_approve_to_resume(work / "gates", samples=3 if quick else 9))
+        results.update(run_groups(Path(tmp), args.quick, only))
     print(json.dumps(results, indent=None if args.json else 2))
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from events.chain import GENESIS_HASH, STORAGE_CLASSES, chain_hash
+from events.run_ids import hex_prefix, single_run
 from events.sqlite_file import connect, store_error
 
 if TYPE_CHECKING:
@@ -199,27 +200,6 @@ def table_exists(conn: apsw.Connection, table: str) -> bool:
 
 #: The stored topic of ``RunCreated`` (spelled out: the catalog builds every decoder).
 RUN_CREATED_TOPIC = "events.runs:RunCreated"
-
-
-def hex_prefix(ref: str) -> str | None:
-    """``ref`` as a lowercase prefix of a hex id (dashes dropped), or None if it cannot be."""
-    prefix = ref.strip().lower().replace("-", "")
-    if not prefix or len(prefix) > 32 or any(c not in "0123456789abcdef" for c in prefix):
-        return None
-    return prefix
-
-
-def single_run(matches: list[str], ref: str) -> str:
-    """The one run id of ``matches``: ``RunNotFoundError`` for none, ambiguity for several."""
-    from events.errors import AmbiguousRunIdError, RunNotFoundError
-
-    if not matches:
-        raise RunNotFoundError(ref)
-    if len(matches) > 1:
-        raise AmbiguousRunIdError(
-            f"Run id {ref!r} matches several runs; type more characters of it."
-        )
-    return matches[0]
 
 
 def run_in_log(conn: apsw.Connection, ref: str) -> str:

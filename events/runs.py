@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from uuid import UUID
 
 import msgspec
 
 from events.base import Event
 
-
-class RunStatus(StrEnum):
-    """Where a run is. The status words, said once: the write side folds them, the read side
-    stores and filters on them.
-    """
-
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING_APPROVAL = "waiting_approval"
-    WAITING_ANSWER = "waiting_answer"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    CANCELLED = "cancelled"
-
-
-#: A run in one of these never changes again (unless a user forks or retries it).
-FINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-#: Waiting for people: no worker runs; a decision starts one.
-WAITING_STATUSES = frozenset({RunStatus.WAITING_APPROVAL, RunStatus.WAITING_ANSWER})
+# The status words live in a module of their own, so readers (`shep status`) need not
+# define every event type; re-exported here, where the write side looks for them.
+from events.run_status import FINAL_STATUSES as FINAL_STATUSES  # noqa: PLC0414
+from events.run_status import WAITING_STATUSES as WAITING_STATUSES  # noqa: PLC0414
+from events.run_status import RunStatus as RunStatus  # noqa: PLC0414
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):

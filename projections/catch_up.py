@@ -31,6 +31,7 @@ from projections.database import (
     Progress,
     RebuildProgress,
     ensure_schema,
+    fold_cache,
     head_position,
     lag,
     positions,
@@ -74,12 +75,13 @@ def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True
         raise store_error(e, conn.filename) from e
     total = 0
     try:
-        while True:
-            with immediate_transaction(conn):
-                read = _catch_up_batch(conn, PROJECTIONS, batch_size)
-            total += read
-            if read < batch_size:
-                return total
+        with fold_cache(conn):
+            while True:
+                with immediate_transaction(conn):
+                    read = _catch_up_batch(conn, PROJECTIONS, batch_size)
+                total += read
+                if read < batch_size:
+                    return total
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
     except UnknownEventError as e:
@@ -203,7 +205,7 @@ def rebuild(
             f"Projections: {', '.join(PROJECTION_VERSIONS)}."
         )
     try:
-        with _rebuild_lock(conn, wanted, progress, reason):
+        with _rebuild_lock(conn, wanted, progress, reason), fold_cache(conn):
             if only_changed:
                 stored = stored_versions(conn)
                 wanted = tuple(n for n in wanted if stored.get(n) != PROJECTION_VERSIONS[n])

@@ -6,7 +6,8 @@ projections are current (the usual ``shep status``) imports nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
 import apsw
@@ -64,9 +65,7 @@ def open_database(
     except apsw.Error as e:
         raise store_error(e, path) from e
     try:
-        # Catching up a long log touches many pages of the projection tables and
-        # their indexes; a 64 MiB page cache (used only as needed) keeps them hot.
-        conn.execute("PRAGMA cache_size=-65536")
+        # SQLite's small page cache: a 64 MiB one only while the log is folded (fold_cache).
         if not readonly:
             ensure_schema(conn, progress)
     except BaseException as e:
@@ -75,6 +74,28 @@ def open_database(
             raise store_error(e, path) from e
         raise
     return conn
+
+
+#: The page cache (KiB) of a connection while it folds the log into the projections.
+FOLD_CACHE_KIB = 65536
+
+
+@contextmanager
+def fold_cache(conn: apsw.Connection) -> Iterator[None]:
+    """A 64 MiB page cache (used only as needed) while the log is folded, the connection's
+    own size again after.
+
+    Catching up a long log touches many pages of the projection tables and their
+    indexes, and the cache keeps them hot. A reader keeps SQLite's small default: a
+    command that reads a run of a million lines holds a page of them, not 64 MiB of
+    the pages it went through.
+    """
+    (before,) = conn.execute("PRAGMA cache_size").fetchone() or (-2000,)
+    conn.execute(f"PRAGMA cache_size=-{FOLD_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA cache_size={int(before)}")
 
 
 def has_schema(conn: apsw.Connection, *, indexes: bool = True) -> bool:

@@ -13,8 +13,7 @@ import apsw
 import msgspec
 
 from events.errors import AlreadyDecidedError, ItemRefError
-from events.inbox import already_decided
-from events.runs import WAITING_STATUSES
+from events.run_status import WAITING_STATUSES
 from projections.queries import ids_with_prefix, rows_of
 
 Row = dict[str, Any]
@@ -123,6 +122,8 @@ def _refuse_if_decided(conn: apsw.Connection, run_id: str, kind: str | None) -> 
     ).fetchone()
     if row is None:
         return
+    from events.inbox import already_decided  # the events, only on this error path
+
     item_id, status, answer, actor, at = row
     decided = {"granted": "approved", "rejected": "rejected"}.get(status, f"answered {answer!r}")
     raise AlreadyDecidedError(

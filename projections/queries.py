@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import apsw
 
-from events.audit import hex_prefix, single_run
 from events.errors import RunNotFoundError
-from events.runs import FINAL_STATUSES, WAITING_STATUSES, RunStatus
+from events.run_ids import hex_prefix, single_run
+from events.run_status import FINAL_STATUSES, WAITING_STATUSES, RunStatus
 
 Row = dict[str, Any]
 
@@ -177,6 +178,27 @@ def list_logs(
         sql += " LIMIT ?"
         params = (*params, limit)
     return rows_of(conn.execute(sql, params))
+
+
+#: A reader of a run's log holds this many lines at a time (see ``iter_logs``).
+LOG_PAGE = 1000
+
+
+def iter_logs(
+    conn: apsw.Connection, run_id: str, *, after: int = 0, page: int = LOG_PAGE
+) -> Iterator[Row]:
+    """The run's log lines past position ``after``, oldest first, read ``page`` at a time.
+
+    A run's log can be millions of lines: a reader holds one page, not the log, and
+    no read transaction between pages (a writer's checkpoint is not held back by a slow
+    pipe). Lines appended meanwhile come after the last one read, so they are included.
+    """
+    while True:
+        rows = list_logs(conn, run_id, after=after, limit=page)
+        yield from rows
+        if len(rows) < page:
+            return
+        after = rows[-1]["position"]
 
 
 def list_last_logs(conn: apsw.Connection, run_id: str, *, limit: int) -> list[Row]:

@@ -177,7 +177,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
         interrupted = ctx.obj.check_orphans()
         if interrupted:
             click.echo(_interrupted_notice(interrupted, ctx.invoked_subcommand), err=True)
-        if ctx.obj.has_store():  # an empty home has no inbox (and imports nothing for it)
+        if ctx.obj.inbox_busy():  # one indexed look; most of the time nothing waits
             from shep.runs.inbox_watch import check_inbox
 
             # The inbox commands show or decide the items themselves; the others mention them.

@@ -11,11 +11,11 @@ import click
 import msgspec
 
 from events.display import printable
-from events.runs import FINAL_STATUSES, RunStatus
+from events.run_status import FINAL_STATUSES, RunStatus
 from projections.catch_up import catch_up
 from projections.database import head_position
 from projections.follow import LogFollower
-from projections.queries import get_run, list_logs, resolve_run_id
+from projections.queries import get_run, iter_logs, resolve_run_id
 from shep.cli.render import short_id
 from shep.home.runtime import Runtime
 
@@ -91,7 +91,8 @@ def _follow(runtime: Runtime, conn: apsw.Connection, run_id: str, as_json: bool)
 
 
 def _print(conn: apsw.Connection, run_id: str, after: int, as_json: bool) -> int:
-    for row in list_logs(conn, run_id, after=after):
+    """Print the run's lines past ``after`` (a page at a time); the last one's position."""
+    for row in iter_logs(conn, run_id, after=after):
         click.echo(_json_line(row) if as_json else _text_line(row))
         after = row["position"]
     return after

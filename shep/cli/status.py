@@ -9,7 +9,7 @@ import click
 import msgspec
 
 from events.display import printable
-from events.runs import RunStatus
+from events.run_status import RunStatus
 from projections.queries import get_run, list_runs, resolve_run_id
 from shep.cli.render import age, short_id, table
 from shep.home.runtime import Runtime

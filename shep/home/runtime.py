@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from events.errors import ShepError, StoreError, StoreTooNewError, StoreUnavailableError
-from events.runs import RunStatus
+from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
 from projections.database import has_schema, lag, open_database
@@ -20,6 +20,12 @@ from projections.database import has_schema, lag, open_database
 #: The file a home on a shared store keeps its copy of the log and its projections in.
 SHARED_COPY = "shared-cache.db"
 
+#: Whether an item is pending, or decided while its run is still suspended on it: each
+#: answered by its index (the second a partial one, empty but for a moment).
+_INBOX_BUSY = (
+    "SELECT EXISTS (SELECT 1 FROM inbox WHERE status='pending') "
+    "OR EXISTS (SELECT 1 FROM inbox WHERE awaited=1 AND status!='pending')"
+)
 #: Statuses whose run needs a live process: orphan detection looks only at these.
 _NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
@@ -88,14 +94,12 @@ class Runtime:
         ``repairing``: a damaged ``$SHEP_HOME/store`` is kept in ``store_file_error``
         instead of raised, for the command that rewrites it (``shep settings store``).
         """
-        from pathlib import Path
-
         from events.errors import SecretsError
         from shep.home.secrets import configured_store_url
 
         home = home_from_env()
         try:
-            url = configured_store_url(Path(home))
+            url = configured_store_url(home)
         except SecretsError as e:
             if not repairing:
                 raise
@@ -236,6 +240,13 @@ class Runtime:
                 return marked  # a newer shep's store: read as it is; this shep writes none of it
         catch_up(conn)
         return marked
+
+    def inbox_busy(self) -> bool:
+        """Whether anything waits in the inbox, or a decided item waits for its run to go on:
+        one indexed look, so that most commands, most of the time, import nothing for it."""
+        if not self.has_store():
+            return False
+        return bool(self.read_db().execute(_INBOX_BUSY).fetchone() != (0,))
 
     def require_home(self) -> None:
         if not os.path.isdir(self.home_dir):

@@ -7,15 +7,18 @@ put in an event, a log line, argv or ``--json`` output.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from events.errors import SecretsError, SettingsError
-from events.postgres_url import is_postgres_url, redacted
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Every command reads which store its home is on (``configured_store_url``) before any
+# query: json, tempfile, fcntl and pathlib are imported only where a file is read or
+# written, so a home without a store file pays for none of them.
 
 SECRETS_FILE = "secrets"
 #: Held (flock, exclusive) by whoever reads, changes and replaces the secrets file.
@@ -34,6 +37,8 @@ def _read(home: Path) -> dict[str, str]:
         return {}
     except OSError as e:
         raise SecretsError(f"Cannot read {path} ({e.strerror}).") from e
+    import json
+
     try:
         data = json.loads(raw)
     except ValueError as e:
@@ -61,6 +66,8 @@ def _locked(home: Path) -> Iterator[None]:
         raise SecretsError(
             f"Cannot open {path} ({e.strerror}). Check that {home} is writable."
         ) from e
+    import fcntl
+
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -94,6 +101,9 @@ def save_token(home: Path, agent_type: str, token: str | None) -> None:
 
 def _replace(home: Path, data: dict[str, str], *, name: str = SECRETS_FILE) -> None:
     """Write ``data`` to a new 0600 file and rename it over the secrets file (or ``name``)."""
+    import json
+    import tempfile
+
     path = home / name
     try:
         fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=home)
@@ -126,15 +136,18 @@ STORE_FILE = "store"
 STORE_URL_ENV = "SHEP_DATABASE_URL"
 
 
-def load_store_url(home: Path) -> str | None:
+def load_store_url(home: str | os.PathLike[str]) -> str | None:
     """The shared store this home was pointed at with ``shep settings store``, if any."""
-    path = home / STORE_FILE
+    path = os.path.join(home, STORE_FILE)
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as file:
+            raw = file.read()
     except (FileNotFoundError, NotADirectoryError):
         return None  # no such home yet: whoever creates it says why it cannot
     except OSError as e:
         raise SecretsError(f"Cannot read {path} ({e.strerror}).") from e
+    import json
+
     try:
         data = json.loads(raw)
         url = data["url"]
@@ -157,15 +170,19 @@ def save_store_url(home: Path, url: str | None) -> None:
         _replace(home, {"url": url}, name=STORE_FILE)
 
 
-def configured_store_url(home: Path) -> str | None:
+def configured_store_url(home: str | os.PathLike[str]) -> str | None:
     """``$SHEP_DATABASE_URL``, else the URL saved for this home, else None (SQLite)."""
     url = os.environ.get(STORE_URL_ENV)
-    if url and not is_postgres_url(url):
+    if not url:
+        return load_store_url(home)
+    from events.postgres_url import is_postgres_url, redacted
+
+    if not is_postgres_url(url):
         raise SettingsError(
             f"{STORE_URL_ENV} is not a PostgreSQL URL: {redacted(url)} (postgresql://...). "
             f"Unset it to keep the log in this home's SQLite file."
         )
-    return url or load_store_url(home)
+    return url
 
 
 def require_token(home: Path, agent_type: str, *, configured: bool) -> None:

@@ -7,6 +7,7 @@ from its ``export.jsonl``, without a database.
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
@@ -14,7 +15,7 @@ from uuid import UUID
 
 import msgspec
 
-from events.audit import hex_prefix, run_in_log, single_run
+from events.audit import run_in_log
 from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event, topic_of
 from events.checkpoints import WritesSaved
@@ -27,6 +28,7 @@ from events.inbox import (
     QuestionAsked,
     item_stream_id,
 )
+from events.run_ids import hex_prefix, single_run
 from events.runs import RunCreated, RunSuspended
 from shep.replay.builder import (
     _OUTPUT_TOPIC,
@@ -63,25 +65,42 @@ class BundleNotVerifiedError(ChainBrokenError):
     """A bundle that does not verify is not replayed: exit 4, as `shep audit verify --bundle`."""
 
 
+#: A replay holds at most this many of a run's output events at once (see ``iter_story``).
+OUTPUT_CHUNK = 1000
+
+
 def story(rows: Iterable[tuple[int, str, bytes]]) -> list[tuple[int, Story]]:
-    """The events of stored ``(position, topic, state)`` rows that a replay reads: the
-    story's events decoded, output gathered undecoded into batches, the rest skipped.
+    """The events of stored ``(position, topic, state)`` rows that a replay reads: see
+    ``iter_story``.
     """
-    found: list[tuple[int, Story]] = []
+    return list(iter_story(rows))
+
+
+def iter_story(rows: Iterable[tuple[int, str, bytes]]) -> Iterator[tuple[int, Story]]:
+    """The events of stored ``(position, topic, state)`` rows that a replay reads, as the rows
+    are read: the story's events decoded, output gathered undecoded into batches of at most
+    ``OUTPUT_CHUNK`` events (a batch is a run of consecutive output, cut in chunks: the
+    builder folds two chunks as it folds one batch), the rest skipped.
+    """
     batch: OutputBatch | None = None
     for position, topic, state in rows:
         if topic == _OUTPUT_TOPIC:
             if batch is None:
                 batch = OutputBatch()
-                found.append((position, batch))
             batch.positions.append(position)
             batch.states.append(state)
+            if len(batch.states) == OUTPUT_CHUNK:
+                yield batch.positions[0], batch
+                batch = None
         elif topic in _STORY_TOPICS:
-            found.append((position, decode_event(topic, state)))
-            batch = None
+            if batch is not None:
+                yield batch.positions[0], batch
+                batch = None
+            yield position, decode_event(topic, state)
         elif topic not in EVENT_CLASSES:
             raise UnknownEventError(topic)  # a newer shep's event: not skipped as if known
-    return found
+    if batch is not None:
+        yield batch.positions[0], batch
 
 
 # --- reading the store ----------------------------------------------------------------
@@ -91,8 +110,10 @@ def frames_from_store(db_path: str | os.PathLike[str], run_ref: str) -> Replay:
     """The replay of run ``run_ref`` (an id or a unique prefix) read from the store at
     ``db_path``, changing nothing: see ``_open_unchanged``.
     """
-    events = _read_store(os.fspath(db_path), lambda conn: _run_events(conn, run_ref))
-    return build_replay(events)
+    # Folded as it is read: a long run's output is never all in memory.
+    return _read_store(
+        os.fspath(db_path), lambda conn: build_replay(iter_run_events(conn, run_ref))
+    )
 
 
 def _read_store(path: str, read: Callable[[apsw.Connection], _T]) -> _T:
@@ -150,12 +171,9 @@ def _open_unchanged(path: str) -> tuple[apsw.Connection, Callable[[], bool]]:
         before = _file_state(path)
         conn = apsw.Connection(f"{uri}?immutable=1", flags=flags)
         unchanged = lambda: not os.path.exists(wal) and _file_state(path) == before  # noqa: E731
-    # A long run's rows are read once, in order: mapped, they are not copied page by page.
-    conn.execute(f"PRAGMA mmap_size={_MMAP_BYTES}")
+    # Not memory-mapped: the pages of a long run, once touched, would count in this
+    # process's memory (the file is read once, in order; SQLite's small cache does).
     return conn, unchanged
-
-
-_MMAP_BYTES = 256 * 1024 * 1024
 
 
 def _file_state(path: str) -> tuple[int, int, int]:
@@ -163,25 +181,51 @@ def _file_state(path: str) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _run_events(conn: apsw.Connection, run_ref: str) -> list[tuple[int, Story]]:
+def iter_run_events(conn: apsw.Connection, run_ref: str) -> Iterator[tuple[int, Story]]:
+    """The story of run ``run_ref`` and of the inbox items it asked, in log order, read as
+    it is folded (see ``iter_story``): the run's stream and each item's, merged by position.
+
+    The items are found first, in a pass that decodes only what names them (suspensions,
+    and the writes that record an interrupt).
+    """
     run_id = resolve_run(conn, run_ref)
-    events = _stream(conn, run_id)
-    items = item_ids(run_id, (e for _, e in events))
-    for item in items:
-        events += [(p, e) for p, e in _stream(conn, item) if type(e) in _ITEM_EVENTS]
-    if items:
-        events.sort(key=lambda pair: pair[0])
-    return events
+    items = item_ids(run_id, _naming_items(conn, run_id))
+    streams = [iter_story(_rows(conn, run_id))]
+    streams += [
+        ((p, e) for p, e in iter_story(_rows(conn, item)) if type(e) in _ITEM_EVENTS)
+        for item in items
+    ]
+    return heapq.merge(*streams, key=_position)
 
 
-def _stream(conn: apsw.Connection, stream: UUID) -> list[tuple[int, Story]]:
-    """A stream's story (see ``story``) in order, with log positions."""
-    rows = conn.execute(
+def _position(pair: tuple[int, Story]) -> int:
+    return pair[0]
+
+
+def _rows(conn: apsw.Connection, stream: UUID) -> apsw.Cursor:
+    """A stream's stored events in order, with log positions, read as they are iterated."""
+    return conn.execute(
         "SELECT notification_id, topic, state FROM stored_events "
         "WHERE originator_id = ? ORDER BY originator_version",
         (stream.hex,),
     )
-    return story(rows)
+
+
+_SUSPENDED = topic_of(RunSuspended)
+_WRITES = topic_of(WritesSaved)
+
+
+def _naming_items(conn: apsw.Connection, run_id: UUID) -> Iterator[Event]:
+    """The run's events that may name an inbox item (see ``item_ids``), one at a time."""
+    rows = conn.execute(
+        "SELECT topic, state FROM stored_events WHERE originator_id = ? AND topic IN (?, ?) "
+        "ORDER BY originator_version",
+        (run_id.hex, _SUSPENDED, _WRITES),
+    )
+    for topic, state in rows:
+        # Most writes are channel values: only one naming the interrupt channel is decoded.
+        if topic == _SUSPENDED or b"__interrupt__" in state:
+            yield decode_event(topic, state)
 
 
 def item_ids(run_id: UUID, events: Iterable[Story]) -> list[UUID]:
