@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     import apsw
 
     from events.postgres import PgDatastore, PgProcessRecorder
-    from events.sqlite import ApswDatastore, ApswProcessRecorder
+    from events.sqlite import ApswProcessRecorder
+    from events.sqlite_datastore import ApswDatastore
 
 #: Told one line at a time what an upgrade does (the CLI prints it on stderr).
 Notice = Callable[[str], None]
@@ -133,7 +134,7 @@ def open_sqlite(
     """Check the SQLite store's schema; create it, or migrate it forward, as needed."""
     import apsw
 
-    from events.sqlite import translate
+    from events.sqlite_datastore import translate
 
     try:
         return _open_sqlite(datastore, recorder, notice)

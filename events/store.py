@@ -46,7 +46,8 @@ from events.migrations import Notice, StoreSchema, open_postgres, open_sqlite
 from events.postgres_url import is_postgres_url, redacted
 from events.postgres_url import store_error as pg_store_error
 from events.postgres_url import where as pg_where
-from events.sqlite import ApswDatastore, ApswProcessRecorder
+from events.sqlite import ApswProcessRecorder
+from events.sqlite_datastore import ApswDatastore
 from events.sqlite_file import DEFAULT_SYNCHRONOUS, store_error
 
 T = TypeVar("T")

@@ -230,7 +230,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.workflows.feature_steps -> shep.features.start",
     },
     "sizes": {
-        "events.sqlite",
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
     },

@@ -12,7 +12,8 @@ from eventsourcing.persistence import StoredEvent
 from events.audit import open_log, verify_chain
 from events.chain import GENESIS_HASH, chain_hash
 from events.errors import StoreCorruptedError
-from events.sqlite import ApswApplicationRecorder, ApswDatastore, ApswProcessRecorder
+from events.sqlite import ApswApplicationRecorder, ApswProcessRecorder
+from events.sqlite_datastore import ApswDatastore
 
 STREAM = UUID("12345678-1234-5678-1234-567812345678")
 OTHER = UUID("87654321-4321-8765-4321-876543218765")

@@ -28,7 +28,8 @@ from events.errors import StoreUnavailableError
 from events.mapper import MsgspecMapper
 from events.migrations import read_meta, user_version
 from events.runs import AgentOutputRecorded
-from events.sqlite import ApswDatastore, ApswProcessRecorder
+from events.sqlite import ApswProcessRecorder
+from events.sqlite_datastore import ApswDatastore
 from events.store import EventStore
 from tests.e2e.cli import shep
 from tests.events.old_stores import EVENTS_0_1_0, HEAD_0_1_0, unpack_0_1_0

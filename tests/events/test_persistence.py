@@ -27,11 +27,11 @@ from eventsourcing.utils import Environment, get_topic
 from events.sqlite import (
     ApswAggregateRecorder,
     ApswApplicationRecorder,
-    ApswDatastore,
     ApswFactory,
     ApswProcessRecorder,
     ApswTrackingRecorder,
 )
+from events.sqlite_datastore import ApswDatastore
 
 
 class _TempDatabase:

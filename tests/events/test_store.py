@@ -16,13 +16,15 @@ from eventsourcing.persistence import StoredEvent
 from events.base import utc_now
 from events.errors import ConcurrencyError
 from events.runs import RunCreated
-from events.sqlite import ApswApplicationRecorder, ApswDatastore
+from events.sqlite import ApswApplicationRecorder
+from events.sqlite_datastore import ApswDatastore
 from events.store import EventStore
 
 WRITER = """
 import sys, uuid
 from eventsourcing.persistence import StoredEvent
-from events.sqlite import ApswApplicationRecorder, ApswDatastore
+from events.sqlite_datastore import ApswDatastore
+from events.sqlite import ApswApplicationRecorder
 recorder = ApswApplicationRecorder(ApswDatastore(sys.argv[1]))
 recorder.create_table()
 for i in range(int(sys.argv[2])):
