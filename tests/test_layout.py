@@ -221,7 +221,6 @@ KNOWN: dict[str, set[str]] = {
     "cycles": {
         "projections.database projections.catch_up projections.schema",
         "shep.features.start shep.workflows shep.workflows.feature shep.workflows.feature_steps",
-        "shep.replay.builder shep.replay.frames",
     },
     "arrows": {
         "shep.home.runtime -> shep.runs.recovery",
@@ -238,19 +237,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.cli.store recorder._insert_tracking",
         "shep.cli.store recorder._lock_table",
         "shep.git.command tree._driver_overrides",
-        "shep.replay _STORY_CLASSES from shep.replay.builder",
-        "shep.replay.builder _cut from shep.replay.state",
-        "shep.replay.builder _iso from shep.replay.frames",
-        "shep.replay.builder _last_status from shep.replay.frames",
-        "shep.replay.builder _ms_between from shep.replay.frames",
-        "shep.replay.builder _node_title from shep.replay.frames",
-        "shep.replay.frames _Lines from shep.replay.builder",
-        "shep.replay.lineage _RUN_CREATED from shep.replay.sources",
-        "shep.replay.lineage _bundle_run from shep.replay.sources",
-        "shep.replay.lineage _iso from shep.replay.frames",
-        "shep.replay.lineage _read_store from shep.replay.sources",
-        "shep.replay.sources _OUTPUT_TOPIC from shep.replay.builder",
-        "shep.replay.sources _STORY_TOPICS from shep.replay.builder",
     },
     "procs": {
         "shep.agents.process /proc",

@@ -20,11 +20,8 @@ package costs what the single module did.
 
 # tests/replay/test_builder.py pins these topics against the event catalog.
 from events.catalog import decode_event, topic_of
-from shep.replay.builder import _STORY_CLASSES as _STORY_CLASSES
 from shep.replay.builder import (
-    LINE_LIMIT,
-    OUTPUT_HEAD,
-    OUTPUT_TAIL,
+    STORY_CLASSES,
     OutputBatch,
     Story,
     build_replay,
@@ -40,6 +37,11 @@ from shep.replay.frames import (
     format_ms,
 )
 from shep.replay.lineage import Lineage, build_lineage, lineage_from_bundle, lineage_from_store
+from shep.replay.output import (
+    LINE_LIMIT,
+    OUTPUT_HEAD,
+    OUTPUT_TAIL,
+)
 from shep.replay.snapshots import snapshot_diff_stat
 from shep.replay.sources import (
     BundleError,
@@ -68,6 +70,7 @@ __all__ = [
     "LINE_LIMIT",
     "OUTPUT_HEAD",
     "OUTPUT_TAIL",
+    "STORY_CLASSES",
     "VALUE_LIMIT",
     "BundleError",
     "BundleRows",

@@ -4,7 +4,6 @@ story, how they are decoded (agent output only for the frames shown), and the fo
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 from uuid import UUID
@@ -12,7 +11,7 @@ from uuid import UUID
 import msgspec
 
 from events.base import Event
-from events.catalog import decode_event, topic_of
+from events.catalog import topic_of
 from events.checkpoints import CheckpointSaved, WritesSaved
 from events.errors import RunNotFoundError
 from events.features import (
@@ -57,20 +56,15 @@ from shep.replay.frames import (
     Frame,
     Replay,
     RunSummary,
-    _iso,
-    _last_status,
-    _ms_between,
-    _node_title,
     fork_command,
     format_ms,
+    iso,
+    last_status,
+    ms_between,
+    node_title,
 )
-from shep.replay.state import VALUE_LIMIT, _cut, short_value
-
-#: A frame keeps this many lines of agent output from its start, and this many from its end.
-OUTPUT_HEAD = 40
-OUTPUT_TAIL = 20
-#: Longer lines are cut here, with an ellipsis.
-LINE_LIMIT = 240
+from shep.replay.output import LINE_LIMIT, OutputItem, OutputLines
+from shep.replay.state import VALUE_LIMIT, cut_text, short_value
 
 
 def load_frames(events: Iterable[tuple[int, Story]]) -> list[Frame]:
@@ -107,66 +101,7 @@ class _NodeOnly(msgspec.Struct):
 
 
 _node_of = msgspec.json.Decoder(_NodeOnly)
-_OUTPUT_TOPIC = topic_of(AgentOutputRecorded)
-#: An item of a frame's output: a line of ours, an output event, or one's stored bytes.
-_OutputItem = str | AgentOutputRecorded | bytes
 Story = Event | OutputBatch
-
-
-class _Lines:
-    """A frame's output as it grows: its first and last items, and how many fell between."""
-
-    def __init__(self) -> None:
-        self.head: list[_OutputItem] = []
-        self.tail: deque[_OutputItem] = deque(maxlen=OUTPUT_TAIL)
-        self.dropped = 0
-
-    def add(self, item: _OutputItem) -> None:
-        if len(self.head) < OUTPUT_HEAD:
-            self.head.append(item)
-            return
-        if len(self.tail) == OUTPUT_TAIL:
-            self.dropped += 1
-        self.tail.append(item)
-
-    def extend(self, items: list[bytes]) -> None:
-        room = OUTPUT_HEAD - len(self.head)
-        if room > 0:
-            self.head.extend(items[:room])
-            items = items[room:]
-        self.dropped += max(0, len(self.tail) + len(items) - OUTPUT_TAIL)
-        self.tail.extend(items[-OUTPUT_TAIL:])
-
-    def lines(self) -> list[str]:
-        head = [line for item in self.head for line in _output_lines(item)]
-        tail = [line for item in self.tail for line in _output_lines(item)]
-        dropped = self.dropped
-        if len(head) > OUTPUT_HEAD:
-            dropped += len(head) - OUTPUT_HEAD
-            head = head[:OUTPUT_HEAD]
-        if len(tail) > OUTPUT_TAIL:
-            dropped += len(tail) - OUTPUT_TAIL
-            tail = tail[-OUTPUT_TAIL:]
-        middle = [f"… {counted(dropped, 'more line')} not shown …"] if dropped else []
-        return [*head, *middle, *tail]
-
-
-def _output_lines(item: _OutputItem) -> list[str]:
-    """An output item as the lines a person reads: text, ``→ tool input``, ``← result``."""
-    if isinstance(item, str):
-        return [_cut(item, LINE_LIMIT)]
-    event = decode_event(_OUTPUT_TOPIC, item) if isinstance(item, bytes) else item
-    assert isinstance(event, AgentOutputRecorded)
-    mark = "! " if event.is_error else ""
-    if event.kind == "tool_use":
-        lines = [f"{mark}→ {event.tool_name or 'tool'} {event.text}".rstrip()]
-    elif event.kind == "tool_result":
-        first, _, rest = event.text.partition("\n")
-        more = f" (+{counted(rest.count(chr(10)) + 1, 'line')})" if rest else ""
-        lines = [f"{mark}← {first}{more}"]
-    else:
-        lines = [f"{mark}{line}" for line in event.text.splitlines() or [""]]
-    return [_cut(line, LINE_LIMIT) for line in lines]
 
 
 class _Builder:
@@ -209,7 +144,7 @@ class _Builder:
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
-        self.lines: dict[int, _Lines] = {}
+        self.lines: dict[int, OutputLines] = {}
         #: The frame each node's events go to while it runs, waits or is decided.
         self.open: dict[str, Frame] = {}
         #: Frames that ended since the last checkpoint: that checkpoint is theirs.
@@ -243,7 +178,7 @@ class _Builder:
             index=index,
             kind=kind,
             title=title,
-            at=_iso(event),
+            at=iso(event),
             first_position=position,
             last_position=position,
             node=node,
@@ -283,7 +218,7 @@ class _Builder:
             agent=e.agent_type,
             repo=e.repo,
             source_repo=source,
-            created_at=_iso(e),
+            created_at=iso(e),
             created_by=e.created_by,
             origin_run=e.origin_run_id.hex if e.origin_run_id else None,
             origin_checkpoint_id=e.origin_checkpoint_id,
@@ -297,7 +232,7 @@ class _Builder:
             frame.notes.append(
                 f"forked from run {e.origin_run_id.hex} at checkpoint {e.origin_checkpoint_id}"
             )
-        lines = _Lines()
+        lines = OutputLines()
         for key, value in e.inputs.items():
             lines.add(f"{key} = {short_value(value, LINE_LIMIT)}")
         self.lines[frame.index] = lines
@@ -404,7 +339,7 @@ class _Builder:
     def _output(self, position: int, e: AgentOutputRecorded) -> None:
         self._output_of(e.node, position, e)
 
-    def _output_of(self, node: str, position: int, item: _OutputItem) -> None:
+    def _output_of(self, node: str, position: int, item: OutputItem) -> None:
         frame = self.open.get(node) or self._for_node(node)
         if frame is not None:
             self._touch(frame, position)
@@ -424,8 +359,8 @@ class _Builder:
         frame = self._for_node(e.node)
         self._note(position, f"wrote {e.path} (sha256 {e.sha256[:12]})", frame)
 
-    def _lines(self, frame: Frame) -> _Lines:
-        return self.lines.setdefault(frame.index, _Lines())
+    def _lines(self, frame: Frame) -> OutputLines:
+        return self.lines.setdefault(frame.index, OutputLines())
 
     # checkpoints
 
@@ -454,7 +389,7 @@ class _Builder:
         self._close_run_frame()
         if isinstance(e, QuestionAsked):
             kind, title = "question", f"{e.node} asks: {e.question}"
-            lines = _Lines()
+            lines = OutputLines()
             for option in e.options:
                 star = " (recommended)" if option.recommended else ""
                 lines.add(f"option {option.id}: {option.label}{star}")
@@ -464,7 +399,7 @@ class _Builder:
                 lines.add(f"context: {e.context}")
         else:
             kind, title = "approval", f"{e.node} asks for approval: {e.summary}"
-            lines = _Lines()
+            lines = OutputLines()
             for artifact in e.artifacts:
                 lines.add(f"{artifact.kind} {artifact.path} sha256 {artifact.sha256[:12]}")
             if e.phase:
@@ -475,7 +410,7 @@ class _Builder:
         if started is not None and started.kind == kind and started.status == "asked":
             # The node's start came first: its frame is this item's.
             frame = self._touch(started, position)
-            frame.title, frame.at = title, _iso(e)
+            frame.title, frame.at = title, iso(e)
         else:
             frame = self._new(position, e, kind, title, node=e.node, iteration=e.iteration)
             frame.checkpoint_id = self._checkpoint_id()
@@ -498,7 +433,7 @@ class _Builder:
         decision = Decision(
             item=e.originator_id.hex,
             actor=e.actor,
-            at=_iso(e),
+            at=iso(e),
             verdict=verdict,
             reason=reason,
             answer=answer,
@@ -506,7 +441,7 @@ class _Builder:
             policy=policy,
             reapplied_from=e.reapplied_from.hex if e.reapplied_from else None,
         )
-        said = f": {_cut(answer or reason, VALUE_LIMIT)}" if answer or reason else ""
+        said = f": {cut_text(answer or reason, VALUE_LIMIT)}" if answer or reason else ""
         frame = self._new(
             position,
             e,
@@ -519,7 +454,7 @@ class _Builder:
         frame.status = verdict
         if ask is not None:
             ask.status = "decided"
-            frame.waited_ms = _ms_between(ask.at, frame.at)
+            frame.waited_ms = ms_between(ask.at, frame.at)
         frame.checkpoint_id = self._checkpoint_id()
         if decision.reapplied_from:
             frame.notes.append(f"reapplied from item {decision.reapplied_from}")
@@ -573,15 +508,15 @@ class _Builder:
             if frame.checkpoint_id is not None:
                 frame.fork_command = fork_command(self.run_hex, frame.checkpoint_id)
             if frame.kind == "node":
-                frame.title = _node_title(frame)
-        self.summary.status = _last_status(self.frames)
+                frame.title = node_title(frame)
+        self.summary.status = last_status(self.frames)
         return Replay(self.summary, self.frames, self.checkpoints, self.lines, git=git)
 
 
 #: What a replay decodes from the log: the story's events, and the writes naming interrupts.
-_STORY_CLASSES: dict[str, type[Event]] = {
+STORY_CLASSES: dict[str, type[Event]] = {
     topic_of(cls): cls
     for cls in (WritesSaved, *_Builder.HANDLERS)
     if isinstance(cls, type) and issubclass(cls, Event)
 }
-_STORY_TOPICS = frozenset(_STORY_CLASSES)
+STORY_TOPICS = frozenset(STORY_CLASSES)

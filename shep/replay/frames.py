@@ -23,7 +23,7 @@ from shep.replay.snapshots import snapshot_diff_stat
 from shep.replay.state import StateDiff, checkpoint_state, diff_state
 
 if TYPE_CHECKING:
-    from shep.replay.builder import _Lines
+    from shep.replay.output import OutputLines
 
 
 class ReplayInputError(ShepError):
@@ -107,7 +107,7 @@ class Replay:
         summary: RunSummary,
         frames: list[Frame],
         checkpoints: Mapping[int, tuple[CheckpointSaved | None, CheckpointSaved]],
-        outputs: Mapping[int, _Lines],
+        outputs: Mapping[int, OutputLines],
         *,
         git: bool = True,
     ) -> None:
@@ -162,7 +162,7 @@ class Replay:
         return self._states[key]
 
 
-def _node_title(frame: Frame) -> str:
+def node_title(frame: Frame) -> str:
     name = frame.node or "?"
     if frame.iteration and frame.iteration > 1:
         name += f" (iteration {frame.iteration})"
@@ -175,7 +175,7 @@ def _node_title(frame: Frame) -> str:
 _RUN_ENDS = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 
-def _last_status(frames: list[Frame]) -> str:
+def last_status(frames: list[Frame]) -> str:
     """What the log says of the run at its end: ended, waiting for a person, or running."""
     for frame in reversed(frames):
         if frame.kind == "run" and frame.status in _RUN_ENDS:
@@ -192,11 +192,11 @@ def fork_command(run_hex: str, checkpoint_id: str) -> str:
     return f"shep fork {run_hex} --at {checkpoint_id}"
 
 
-def _iso(event: Event) -> str:
+def iso(event: Event) -> str:
     return event.timestamp.isoformat().replace("+00:00", "Z")
 
 
-def _ms_between(start: str, end: str) -> int | None:
+def ms_between(start: str, end: str) -> int | None:
     from datetime import datetime
 
     try:

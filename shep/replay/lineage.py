@@ -14,13 +14,13 @@ import msgspec
 from events.base import Event
 from events.catalog import decode_event, topic_of
 from events.runs import RunCreated, RunForked
-from shep.replay.frames import _iso
+from shep.replay.frames import iso
 from shep.replay.sources import (
-    _RUN_CREATED,
+    RUN_CREATED,
     OnVerified,
-    _bundle_run,
-    _read_store,
+    bundle_run,
     read_bundle,
+    read_store,
     resolve_run,
     story,
 )
@@ -74,7 +74,7 @@ def lineage_from_store(db_path: str | os.PathLike[str], run_ref: str) -> tuple[s
             ]
 
         def created(run: UUID) -> RunCreated | None:
-            found = events_of(run, _RUN_CREATED)
+            found = events_of(run, RUN_CREATED)
             return found[0] if found and isinstance(found[0], RunCreated) else None
 
         def forks(run: UUID) -> list[RunForked]:
@@ -82,7 +82,7 @@ def lineage_from_store(db_path: str | os.PathLike[str], run_ref: str) -> tuple[s
 
         return run_id.hex, build_lineage(run_id, _LineageSource(created, forks))
 
-    return _read_store(os.fspath(db_path), read)
+    return read_store(os.fspath(db_path), read)
 
 
 def lineage_from_bundle(
@@ -92,10 +92,10 @@ def lineage_from_bundle(
     does not hold are marked unknown.
     """
     rows = read_bundle(path, on_verified=on_verified)
-    run_id = _bundle_run(rows, run_ref, path)
+    run_id = bundle_run(rows, run_ref, path)
     created: dict[UUID, RunCreated] = {}
     forks: dict[UUID, list[RunForked]] = {}
-    lineage = ((p, t, s) for p, _, t, s in rows if t in (_RUN_CREATED, _RUN_FORKED))
+    lineage = ((p, t, s) for p, _, t, s in rows if t in (RUN_CREATED, _RUN_FORKED))
     for _, event in story(lineage):
         if isinstance(event, RunCreated):
             created.setdefault(event.originator_id, event)
@@ -124,7 +124,7 @@ def build_lineage(run_id: UUID, source: _LineageSource) -> Lineage:
         item = Lineage(
             run=run.hex,
             workflow=created.workflow if created else None,
-            created_at=_iso(created) if created else None,
+            created_at=iso(created) if created else None,
             created_by=created.created_by if created else None,
             checkpoint_id=(via.checkpoint_id if via else None)
             or (created.origin_checkpoint_id if created else None),

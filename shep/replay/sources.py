@@ -31,13 +31,15 @@ from events.inbox import (
 from events.run_ids import hex_prefix, single_run
 from events.runs import RunCreated, RunSuspended
 from shep.replay.builder import (
-    _OUTPUT_TOPIC,
-    _STORY_TOPICS,
+    STORY_TOPICS,
     OutputBatch,
     Story,
     build_replay,
 )
 from shep.replay.frames import Replay, ReplayInputError
+from shep.replay.output import (
+    OUTPUT_TOPIC,
+)
 from shep.replay.state import decode_typed
 
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ OnVerified = Callable[["BundleReport"], None]
 
 _T = TypeVar("_T")
 
-_RUN_CREATED = topic_of(RunCreated)
+RUN_CREATED = topic_of(RunCreated)
 _ITEM_EVENTS: frozenset[type[Event]] = frozenset(
     (QuestionAsked, ApprovalRequested, QuestionAnswered, ApprovalGranted, ApprovalRejected)
 )
@@ -84,7 +86,7 @@ def iter_story(rows: Iterable[tuple[int, str, bytes]]) -> Iterator[tuple[int, St
     """
     batch: OutputBatch | None = None
     for position, topic, state in rows:
-        if topic == _OUTPUT_TOPIC:
+        if topic == OUTPUT_TOPIC:
             if batch is None:
                 batch = OutputBatch()
             batch.positions.append(position)
@@ -92,7 +94,7 @@ def iter_story(rows: Iterable[tuple[int, str, bytes]]) -> Iterator[tuple[int, St
             if len(batch.states) == OUTPUT_CHUNK:
                 yield batch.positions[0], batch
                 batch = None
-        elif topic in _STORY_TOPICS:
+        elif topic in STORY_TOPICS:
             if batch is not None:
                 yield batch.positions[0], batch
                 batch = None
@@ -111,12 +113,10 @@ def frames_from_store(db_path: str | os.PathLike[str], run_ref: str) -> Replay:
     ``db_path``, changing nothing: see ``_open_unchanged``.
     """
     # Folded as it is read: a long run's output is never all in memory.
-    return _read_store(
-        os.fspath(db_path), lambda conn: build_replay(iter_run_events(conn, run_ref))
-    )
+    return read_store(os.fspath(db_path), lambda conn: build_replay(iter_run_events(conn, run_ref)))
 
 
-def _read_store(path: str, read: Callable[[apsw.Connection], _T]) -> _T:
+def read_store(path: str, read: Callable[[apsw.Connection], _T]) -> _T:
     """``read(conn)`` inside one read transaction of a connection that writes nothing."""
     import apsw
 
@@ -291,7 +291,7 @@ def frames_from_bundle(
     repository named in the run, if it is on this machine.
     """
     rows = read_bundle(path, on_verified=on_verified)
-    run_id = _bundle_run(rows, run_ref, path)
+    run_id = bundle_run(rows, run_ref, path)
     own = story((p, t, s) for p, stream, t, s in rows if stream == run_id.hex)
     items = {i.hex for i in item_ids(run_id, (e for _, e in own))}
     asked = story((p, t, s) for p, stream, t, s in rows if t in _ITEM_TOPICS)
@@ -343,7 +343,7 @@ def read_bundle(
             if number == 1 and (record.type != "export-start" or not record.format):
                 raise BundleError(f"{name}: export.jsonl does not start with an export-start line.")
             if record.type == "event" and (
-                record.topic in _STORY_TOPICS or record.topic == _OUTPUT_TOPIC
+                record.topic in STORY_TOPICS or record.topic == OUTPUT_TOPIC
             ):
                 state = a2b_base64(record.state)
                 rows.append((record.position, record.stream, record.topic, state))
@@ -371,8 +371,8 @@ def _check_is_bundle(name: str) -> None:
         raise BundleError(f"{name} is not a shep audit bundle: it has no export.jsonl.")
 
 
-def _bundle_run(rows: BundleRows, run_ref: str | None, path: str | os.PathLike[str]) -> UUID:
-    runs = [UUID(stream) for _, stream, topic, _ in rows if topic == _RUN_CREATED]
+def bundle_run(rows: BundleRows, run_ref: str | None, path: str | os.PathLike[str]) -> UUID:
+    runs = [UUID(stream) for _, stream, topic, _ in rows if topic == RUN_CREATED]
     if run_ref is None:
         if len(runs) == 1:
             return runs[0]

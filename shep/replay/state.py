@@ -162,9 +162,9 @@ def short_value(value: Any, limit: int = VALUE_LIMIT) -> str:
         text = _value_encoder.encode(value).decode()
     except (TypeError, ValueError, msgspec.EncodeError):
         text = repr(value)
-    return _cut(text, limit)
+    return cut_text(text, limit)
 
 
-def _cut(text: str, limit: int) -> str:
+def cut_text(text: str, limit: int) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 1] + "…"

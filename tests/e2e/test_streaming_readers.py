@@ -25,7 +25,7 @@ from commands.start_run import start_run
 from events.store import EventStore
 from projections.queries import LOG_PAGE
 from shep.replay import OutputBatch, frames_from_store
-from shep.replay.builder import OUTPUT_HEAD, OUTPUT_TAIL
+from shep.replay.output import OUTPUT_HEAD, OUTPUT_TAIL
 from shep.replay.sources import OUTPUT_CHUNK, iter_run_events
 from tests.e2e.cli import shep
 

@@ -241,7 +241,7 @@ def test_topics_are_the_catalogs() -> None:
     from events import catalog
     from shep import replay
 
-    for topic, cls in replay._STORY_CLASSES.items():
+    for topic, cls in replay.STORY_CLASSES.items():
         assert topic == catalog.topic_of(cls)
         assert catalog.EVENT_CLASSES[topic] is cls
 
