@@ -220,13 +220,11 @@ KNOWN: dict[str, set[str]] = {
     },
     "cycles": {
         "projections.database projections.catch_up projections.schema",
-        "shep.features.start shep.workflows shep.workflows.feature shep.workflows.feature_steps",
     },
     "arrows": {
         "shep.home.runtime -> shep.runs.recovery",
         "shep.supervisor.agent -> shep.runs.recovery",
         "shep.supervisor.start -> shep.runs.workers",
-        "shep.workflows.feature_steps -> shep.features.start",
     },
     "sizes": {
         "shep.runs.checkpoints",

@@ -25,12 +25,7 @@ from uuid import UUID
 
 from events.errors import FeatureError, FeatureInputError, GitError
 from events.store import EventStore
-from shep.workflows.analyze_repository import ANALYSIS_FILE
-
-#: What shep itself leaves in a user's checkout: analyze-repository's report. Left
-#: untracked there, it is no change of the user's that a feature must wait for, to
-#: start or to merge (unless the feature's branch writes that same path).
-SHEP_OUTPUTS: tuple[str, ...] = (ANALYSIS_FILE,)
+from shep.workflows.analyze_repository import SHEP_OUTPUTS
 
 #: How the note of a worktree being made is named, next to the worktree's directory.
 MAKING_SUFFIX = ".shep-making"

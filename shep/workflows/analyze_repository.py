@@ -9,6 +9,10 @@ from __future__ import annotations
 from shep.workflows.base import AgentStep, StepState, Workflow, linear
 
 ANALYSIS_FILE = "shep-analysis.md"
+#: What shep itself leaves in a user's checkout: analyze-repository's report. Left
+#: untracked there, it is no change of the user's that a feature must wait for, to
+#: start or to merge (unless the feature's branch writes that same path).
+SHEP_OUTPUTS: tuple[str, ...] = (ANALYSIS_FILE,)
 
 
 class AnalyzeState(StepState, total=False):

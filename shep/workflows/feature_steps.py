@@ -377,8 +377,8 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     and not made again; no other commit counts, whatever its message says.
     """
     from shep import git
-    from shep.features.start import SHEP_OUTPUTS
     from shep.git import merge as git_merge
+    from shep.workflows.analyze_repository import SHEP_OUTPUTS
 
     inputs = io.inputs
     source = Path(inputs["source_repo"])
