@@ -222,7 +222,6 @@ KNOWN: dict[str, set[str]] = {
         "projections.database projections.catch_up projections.schema",
     },
     "arrows": {
-        "shep.home.runtime -> shep.runs.recovery",
         "shep.supervisor.agent -> shep.runs.recovery",
         "shep.supervisor.start -> shep.runs.workers",
     },

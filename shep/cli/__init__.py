@@ -174,7 +174,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     if ctx.obj.store_file_error is not None:
         return  # the settings group refuses every command but the repair
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
-        interrupted = ctx.obj.check_orphans()
+        interrupted: list[str] = []
+        if ctx.obj.may_have_orphans():  # one indexed look; most of the time nothing runs
+            from shep.runs.recovery import mark_orphans
+
+            interrupted = mark_orphans(ctx.obj)
         if interrupted:
             click.echo(_interrupted_notice(interrupted, ctx.invoked_subcommand), err=True)
         if ctx.obj.inbox_busy():  # one indexed look; most of the time nothing waits

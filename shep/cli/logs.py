@@ -73,7 +73,9 @@ def _follow(runtime: Runtime, conn: apsw.Connection, run_id: str, as_json: bool)
             if time.monotonic() >= next_orphan_check:
                 # A killed worker never writes its final status: apply the orphan rule, as
                 # every command does at start, so a dead worker's run turns interrupted.
-                runtime.check_orphans()
+                from shep.runs.recovery import mark_orphans
+
+                mark_orphans(runtime)
                 next_orphan_check = time.monotonic() + ORPHAN_CHECK_SECONDS
             catch_up(conn, pull=False)  # the follower brought a shared log's copy up to date
             last = _print(conn, run_id, last, as_json)

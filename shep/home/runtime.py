@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import ShepError, StoreError, StoreTooNewError, StoreUnavailableError
+from events.errors import ShepError, StoreError, StoreUnavailableError
 from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
@@ -192,54 +192,16 @@ class Runtime:
         """Whether this home has an event store yet (an empty home has none; a shared one has)."""
         return self.store_url is not None or os.path.exists(self.db_file)
 
-    def check_orphans(self) -> list[str]:
-        """Mark running (or never started) runs whose process is gone as interrupted; the
-        ids (hex) of those this process marked, for a face to say so.
-
-        Cheap when nothing is running: one indexed read of the runs projection.
-        """
+    def may_have_orphans(self) -> bool:
+        """Whether a run here needs a live process (running, or never started) and the store
+        can be written: one indexed read, so that a face imports the recovery only then."""
         if not self.has_store():
-            return []
+            return False
         conn = self.read_db()
         if conn.readonly("main"):
-            return []  # nothing can be marked; status and logs show the store as it is
-        if (
-            conn.execute(
-                "SELECT 1 FROM runs WHERE status IN (?, ?) LIMIT 1", _NEED_A_WORKER
-            ).fetchone()
-            is None
-        ):
-            return []
-        from shep.home.identity import host_name
-        from shep.runs.recovery import find_orphans, orphan_after
-
-        orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
-        if not orphans:
-            return []
-        from uuid import UUID
-
-        from commands.mark_interrupted import mark_interrupted
-        from events.errors import ConcurrencyError, InvalidTransitionError, WorkerFencedError
-        from projections.catch_up import catch_up
-
-        marked: list[str] = []
-        for orphan in orphans:
-            try:
-                mark_interrupted(
-                    self.store(),
-                    UUID(orphan.run_id),
-                    reason=orphan.reason,
-                    detected_by_pid=os.getpid(),
-                    detected_by_host=host_name(),
-                    epoch=orphan.epoch,
-                )
-                marked.append(orphan.run_id)
-            except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
-                continue  # another process got there first, the run ended, or was resumed
-            except StoreTooNewError:
-                return marked  # a newer shep's store: read as it is; this shep writes none of it
-        catch_up(conn)
-        return marked
+            return False  # nothing can be marked; status and logs show the store as it is
+        query = "SELECT 1 FROM runs WHERE status IN (?, ?) LIMIT 1"
+        return conn.execute(query, _NEED_A_WORKER).fetchone() is not None
 
     def inbox_busy(self) -> bool:
         """Whether anything waits in the inbox, or a decided item waits for its run to go on:

@@ -25,6 +25,7 @@ import errno
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
@@ -32,6 +33,9 @@ import msgspec
 from events.runs import RunStatus
 from events.setting_values import SECONDS_SETTINGS
 from shep.home.identity import process_start
+
+if TYPE_CHECKING:
+    from shep.home.runtime import Runtime
 
 DEFAULT_ORPHAN_AFTER = SECONDS_SETTINGS["orphan_after"].default
 
@@ -148,3 +152,45 @@ def orphan_after(conn: apsw.Connection) -> float:
     from shep.home.settings import read_setting_values
 
     return read_setting_values(conn).values["orphan_after"]
+
+
+def mark_orphans(runtime: Runtime) -> list[str]:
+    """Mark running (or never started) runs whose process is gone as interrupted; the ids
+    (hex) of those this process marked, for a face to say so. Every command does it first;
+    cheap when nothing is running (``Runtime.may_have_orphans``, one indexed read).
+    """
+    if not runtime.may_have_orphans():
+        return []
+    from uuid import UUID
+
+    from commands.mark_interrupted import mark_interrupted
+    from events.errors import (
+        ConcurrencyError,
+        InvalidTransitionError,
+        StoreTooNewError,
+        WorkerFencedError,
+    )
+    from projections.catch_up import catch_up
+    from shep.home.identity import host_name
+
+    conn = runtime.read_db()
+    orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
+    marked: list[str] = []
+    for orphan in orphans:
+        try:
+            mark_interrupted(
+                runtime.store(),
+                UUID(orphan.run_id),
+                reason=orphan.reason,
+                detected_by_pid=os.getpid(),
+                detected_by_host=host_name(),
+                epoch=orphan.epoch,
+            )
+            marked.append(orphan.run_id)
+        except (InvalidTransitionError, ConcurrencyError, WorkerFencedError):
+            continue  # another process got there first, the run ended, or was resumed
+        except StoreTooNewError:
+            return marked  # a newer shep's store: read as it is; this shep writes none of it
+    if orphans:
+        catch_up(conn)
+    return marked

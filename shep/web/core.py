@@ -143,15 +143,13 @@ def count_pending(conn: apsw.Connection) -> int:
 
 
 def upkeep(runtime: Runtime) -> None:
-    """Mark runs whose worker is gone as interrupted, as every shep command does first, so
-    a page never shows a dead run as running.
+    """Mark runs whose worker is gone as interrupted, as every command does first. Not the
+    inbox's part (deadlines, resuming decided runs): done every few seconds, it would take
+    the resume from under a person deciding with ``shep answer --wait``; it stays with the
+    commands, and with a decision made on the page (``resume_decided``)."""
+    from shep.runs.recovery import mark_orphans
 
-    Not the inbox's part of it (due deadlines, resuming runs whose decision nobody
-    acted on): done every few seconds, it would take the resume from under a person
-    deciding with ``shep answer --wait`` (the first resume wins), so it stays with
-    the commands, and with a decision made on the page (``resume_decided``).
-    """
-    runtime.check_orphans()
+    mark_orphans(runtime)
 
 
 def new_runtime(*, debug: bool = False) -> Runtime:
