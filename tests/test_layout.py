@@ -230,10 +230,8 @@ KNOWN: dict[str, set[str]] = {
         "shep.cli.feat_views",
     },
     "private": {
-        "shep.runs.checkpoints self.store._error",
         "shep.cli.store recorder._insert_tracking",
         "shep.cli.store recorder._lock_table",
-        "shep.git.command tree._driver_overrides",
     },
     "procs": {
         "shep.agents.process /proc",

@@ -134,7 +134,7 @@ class Checkout:
     drivers: bool = False
 
     @cached_property
-    def _driver_overrides(self) -> tuple[str, ...]:
+    def driver_overrides(self) -> tuple[str, ...]:
         """``-c`` options that disable every driver git's config defines here (read once)."""
         done = _run(self, ("config", "-z", "--name-only", "--get-regexp", _DRIVER_KEYS), {})
         if done.returncode not in (0, 1):
@@ -171,7 +171,7 @@ def run_git(
     command = subcommand(args)
     extra = dict(env or {})
     if not tree.drivers and _reads_files(args):
-        args = (*tree._driver_overrides, *args)
+        args = (*tree.driver_overrides, *args)
     removed: set[str] = set()
     while True:
         done = _run(tree, args, extra, timeout=timeout, doing=doing)

@@ -92,7 +92,6 @@ from uuid import UUID, uuid5
 
 import apsw
 import msgspec
-from eventsourcing.persistence import PersistenceError
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -346,11 +345,7 @@ class EventStoreCheckpointSaver(BaseCheckpointSaver[Any]):
     def _version(self, stream: UUID) -> int:
         version = self._state.versions.get(stream)
         if version is None:
-            try:
-                last = self.store.recorder.select_events(stream, desc=True, limit=1)
-            except PersistenceError as e:
-                raise self.store._error(e) from e
-            version = self._state.versions[stream] = last[0].originator_version if last else 0
+            version = self._state.versions[stream] = self.store.stream_version(stream)
         return version
 
     def _queue(self, stream: UUID, event: Event, *, now: bool) -> None:
