@@ -347,6 +347,15 @@ class PgProcessRecorder(PostgresProcessRecorder):
     def insert_tracking(self, tracking: Tracking) -> None:
         _once(PostgresProcessRecorder.insert_tracking)(self, tracking)
 
+    def lock_for_import(self, curs: psycopg.Cursor[DictRow]) -> None:
+        """In ``curs``'s transaction, take the lock every insert takes: an import of a whole
+        log (``shep store migrate``) then never interleaves with a writer."""
+        self._lock_table(curs)
+
+    def track_in(self, curs: psycopg.Cursor[DictRow], name: str, position: int) -> None:
+        """Record in ``curs``'s transaction that reader ``name`` handled up to ``position``."""
+        self._insert_tracking(curs, Tracking(name, position))
+
     def create_table(self) -> None:
         # Several processes may create the tables at once: DDL on PostgreSQL can
         # fail with "tuple concurrently updated" then; an advisory lock queues them.

@@ -229,10 +229,7 @@ KNOWN: dict[str, set[str]] = {
         "shep.runs.checkpoints",
         "shep.cli.feat_views",
     },
-    "private": {
-        "shep.cli.store recorder._insert_tracking",
-        "shep.cli.store recorder._lock_table",
-    },
+    "private": set(),
     "procs": {
         "shep.agents.process /proc",
         "shep.cli.docgen.scratch /proc",

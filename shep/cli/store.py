@@ -139,14 +139,12 @@ def _copy(conn: apsw.Connection, dest: EventStore, where: str) -> int:
 
 
 def _copy_rows(conn: apsw.Connection, dest: EventStore, curs: Any, where: str) -> int:
-    from eventsourcing.persistence import Tracking
-
     from events.errors import StoreError
     from projections.tables import PROJECTION_NAMES
 
     recorder = dest.recorder
     copied = 0
-    recorder._lock_table(curs)
+    recorder.lock_for_import(curs)
     held = curs.execute("SELECT count(*) AS n FROM stored_events").fetchone()
     if held and held["n"]:
         raise StoreError(
@@ -169,7 +167,7 @@ def _copy_rows(conn: apsw.Connection, dest: EventStore, curs: Any, where: str) -
         f"WHERE application_name NOT IN ({names})",
         PROJECTION_NAMES,
     ):
-        recorder._insert_tracking(curs, Tracking(str(name), int(position)))
+        recorder.track_in(curs, str(name), int(position))
     return copied
 
 
