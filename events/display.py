@@ -52,3 +52,13 @@ def printable(text: object) -> str:
     if text.isprintable():
         return text
     return text.translate(_ESCAPES)
+
+
+#: How many hex digits of a run's or an item's id every face shows (a unique prefix is
+#: accepted wherever an id is).
+SHORT_ID = 8
+
+
+def short_id(run_id: str) -> str:
+    """The id as faces show it: its first ``SHORT_ID`` hex digits."""
+    return run_id[:SHORT_ID]

@@ -227,7 +227,6 @@ KNOWN: dict[str, set[str]] = {
     },
     "sizes": {
         "shep.runs.checkpoints",
-        "shep.cli.feat_views",
     },
     "private": set(),
     "procs": {

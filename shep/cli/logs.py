@@ -10,13 +10,12 @@ import apsw
 import click
 import msgspec
 
-from events.display import printable
+from events.display import printable, short_id
 from events.run_status import FINAL_STATUSES, RunStatus
 from projections.catch_up import catch_up
 from projections.database import head_position
 from projections.follow import LogFollower
 from projections.queries import get_run, iter_logs, resolve_run_id
-from shep.cli.render import short_id
 from shep.home.runtime import Runtime
 
 FINAL = frozenset(s.value for s in FINAL_STATUSES)

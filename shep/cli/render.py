@@ -16,17 +16,11 @@ from events.words import counted
 if TYPE_CHECKING:
     from projections.database import RebuildProgress
 
-SHORT_ID = 8
-
 
 def events_verify(count: int, between: str = "") -> str:
     """``1 event verifies``, ``2 events before it verify``: a chain report's count."""
     verb = "verifies" if count == 1 else "verify"
     return f"{counted(count, 'event')}{between} {verb}"
-
-
-def short_id(run_id: str) -> str:
-    return run_id[:SHORT_ID]
 
 
 def parse_time(value: str | None) -> datetime | None:

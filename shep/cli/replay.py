@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import click
 import msgspec
 
-from events.display import printable
+from events.display import printable, short_id
 from events.words import counted
-from shep.cli.render import short_id, wrapped
+from shep.cli.render import wrapped
 from shep.home.runtime import Runtime
 from shep.replay import Frame, Lineage, Replay, ReplayInputError, format_ms
 

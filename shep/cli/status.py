@@ -8,10 +8,10 @@ from typing import Any
 import click
 import msgspec
 
-from events.display import printable
+from events.display import printable, short_id
 from events.run_status import RunStatus
 from projections.queries import get_run, list_runs, resolve_run_id
-from shep.cli.render import age, short_id, table
+from shep.cli.render import age, table
 from shep.home.runtime import Runtime
 
 
