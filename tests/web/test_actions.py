@@ -17,6 +17,7 @@ from uuid import UUID
 
 import pytest
 
+from commands.mark_interrupted import mark_interrupted
 from events.inbox import ApprovalGranted, ApprovalVoted
 from events.store import EventStore
 from shep.home.identity import user_actor
@@ -173,6 +174,25 @@ def test_under_a_cosign_policy_the_pages_approval_is_a_vote(
     assert not [e for e in events if isinstance(e, ApprovalGranted)]
     inbox = json.loads(shep("inbox", "--json", check=True).stdout)
     assert ids["gate"] in [i["item_id"] for i in inbox]
+
+
+def test_what_the_core_says_while_it_approves_ends_the_reply(
+    server: UiServer, waiting_gate: dict[str, str], shep_home: Path
+) -> None:
+    """The gate's run was interrupted meanwhile (its worker gone): the approval is recorded,
+    no worker starts, and the reply ends with the core's notice (``runtime.say``) that
+    the run goes on once resumed, instead of only reaching the server's log."""
+    ids = waiting_gate
+    with EventStore(shep_home / "shep.db") as store:
+        mark_interrupted(store, UUID(ids["run"]), reason="test: its worker is gone")
+    reply = _post(server, f"/items/{ids['gate']}/approve", {})
+    assert reply.status == 200, reply.body
+    short = ids["run"][:8]
+    assert _message(reply) == (
+        f"Approved {ids['gate'][:8]} (approve of run {short}). Run {short} is interrupted; it "
+        f"goes on with this decision once you `shep resume {short}`."
+    )
+    assert run_row(ids["run"])["status"] == "interrupted"
 
 
 @pytest.mark.slow
