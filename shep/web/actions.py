@@ -5,11 +5,14 @@ of this server, none at all with ``--read-only``) and then the CSRF token the
 pages carry (``_checked``). A decision is recorded by the write side's own
 command, as the CLI records it: ``user:<login>`` or the name given (``as``,
 never ``supervisor:``/``system:``), the first decision winning; the run then
-goes on as after any command (``core.resume_decided``).
+goes on as after any command (``core.resume_decided``); an approval, as after
+``shep approve`` (``core.go_on``). Cancel and resume are ``shep cancel`` and
+``shep resume`` (never ``--force``: a running run is refused). What the core says
+while it works (``runtime.say``: a worker started, why a run does not go on here)
+ends the reply's message.
 
-Approve, cancel, resume and fork wait for the core functions issue 19 moves out
-of ``shep/cli/`` (see docs/ui.md, "Phase 2"): they are refused with the command
-that does it meanwhile, rather than done by code copied out of the CLI.
+Fork waits for its core function (see docs/ui.md, "Phase 2"): it is refused with
+the command that does it meanwhile, rather than done by code copied out of the CLI.
 
 A form posted without JavaScript gets a small page saying what happened; the
 pages' script posts with ``X-CSRF-Token`` and gets JSON.
@@ -25,7 +28,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from events.display import printable
-from events.errors import AlreadyDecidedError, ShepError
+from events.errors import (
+    AlreadyDecidedError,
+    InvalidTransitionError,
+    ShepError,
+    WorkerStillRunningError,
+)
 from shep.web import core
 from shep.web.app import WebState, render
 from shep.web.security import CSRF_FIELD, CSRF_HEADER, check_csrf
@@ -87,8 +95,8 @@ async def _act(request: Request, back: str, act: Any) -> Response:
         message = await run_in_threadpool(act, fields)
     except _Refused as e:
         return _reply(request, e.status, str(e), back)
-    except AlreadyDecidedError as e:
-        return _reply(request, 409, printable(e), back)
+    except (AlreadyDecidedError, InvalidTransitionError, WorkerStillRunningError) as e:
+        return _reply(request, 409, printable(e), back)  # the item's or run's state refuses it
     except ShepError as e:
         return _reply(request, 400 if e.exit_code == 2 else 500, printable(e), back)
     return _reply(request, 200, message, back)
@@ -103,6 +111,25 @@ def _decide(state: WebState, decide: Any) -> str:
         return message
     finally:
         runtime.close()
+
+
+def _in_runtime(state: WebState, act: Any) -> str:
+    """``act(runtime)`` in a runtime of its own: the line it returns, then every notice the
+    core gave meanwhile (``runtime.say``, also in the server's log), made printable."""
+    runtime = state.new_runtime()
+    notices: list[str] = []
+    said = runtime.say
+
+    def say(line: str) -> None:
+        notices.append(line)
+        said(line)
+
+    runtime.say = say
+    try:
+        line = str(act(runtime))
+    finally:
+        runtime.close()
+    return printable(" ".join([line, *notices]))
 
 
 async def answer(request: Request) -> Response:
@@ -139,18 +166,29 @@ async def reject(request: Request) -> Response:
 
 def _later(command: str) -> Any:
     def act(fields: dict[str, str]) -> str:
-        raise _Refused(
-            501,
-            f"Not from the page yet (it comes with the reshape of the run's life into the "
-            f"core): run `{command}`.",
-        )
+        raise _Refused(501, f"Not from the page yet: run `{command}`.")
 
     return act
 
 
 async def approve(request: Request) -> Response:
+    state: WebState = request.app.state.web
     item = _item_id(request)
-    return await _act(request, f"/items/{item}", _later(f"shep approve {item[:8]}"))
+
+    def act(fields: dict[str, str]) -> str:
+        actor = core.user_actor(fields.get("as") or None)
+        comment = fields.get("comment", "").strip()
+
+        def decide(runtime: Any) -> str:
+            approval = core.approve(runtime, item, actor=actor, comment=comment)
+            if not approval.decided:
+                return approval.line  # a vote: the supervisor's signature opens the gate
+            notice = core.go_on(runtime, approval.run_id, decided=True)
+            return " ".join(filter(None, [approval.line, notice]))
+
+        return _in_runtime(state, decide)
+
+    return await _act(request, f"/items/{item}", act)
 
 
 def _run_ref(request: Request) -> str:
@@ -160,24 +198,52 @@ def _run_ref(request: Request) -> str:
     return run
 
 
-async def _run_action(request: Request, command: str) -> Response:
+async def _run_action(request: Request, act: Any) -> Response:
+    """``act(runtime, run_id)`` on the run the path names, in a runtime of its own."""
+    state: WebState = request.app.state.web
+    try:
+        ref = _run_ref(request)
+    except _Refused as e:
+        return _reply(request, e.status, str(e), "/")
+    return await _act(
+        request,
+        f"/runs/{ref}",
+        lambda fields: _in_runtime(
+            state, lambda runtime: act(runtime, core.resolve_run(runtime.read_db(), ref))
+        ),
+    )
+
+
+def _cancel(runtime: Any, run_id: str) -> str:
+    cancelled = core.cancel(runtime, run_id)
+    lines = [*cancelled.stopped, f"Cancelled run {run_id[:8]}."]
+    if cancelled.remote_host:
+        lines.append(
+            f"Its worker runs on {cancelled.remote_host}: it stops, with its agent, at its "
+            "next heartbeat."
+        )
+    return " ".join(lines)
+
+
+def _resume(runtime: Any, run_id: str) -> str:
+    notice = core.go_on(runtime, run_id, decided=False)
+    return " ".join(filter(None, [f"Resumed run {run_id[:8]}.", notice]))
+
+
+async def cancel(request: Request) -> Response:
+    return await _run_action(request, _cancel)
+
+
+async def resume(request: Request) -> Response:
+    return await _run_action(request, _resume)
+
+
+async def fork(request: Request) -> Response:
     try:
         run = _run_ref(request)
     except _Refused as e:
         return _reply(request, e.status, str(e), "/")
-    return await _act(request, f"/runs/{run}", _later(command.format(run=run[:8])))
-
-
-async def cancel(request: Request) -> Response:
-    return await _run_action(request, "shep cancel {run}")
-
-
-async def resume(request: Request) -> Response:
-    return await _run_action(request, "shep resume {run}")
-
-
-async def fork(request: Request) -> Response:
-    return await _run_action(request, "shep fork {run} --at CHECKPOINT")
+    return await _act(request, f"/runs/{run}", _later(f"shep fork {run[:8]} --at CHECKPOINT"))
 
 
 async def _item_action(request: Request, handler: Any) -> Response:

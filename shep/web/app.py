@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+import apsw
 import jinja2
 from markupsafe import Markup
 from starlette.requests import Request
@@ -27,7 +28,40 @@ from shep.web.security import Guard
 T = TypeVar("T")
 
 #: Bumped with the static files, so a browser never mixes an old script with a new page.
-STATIC_VERSION = "1"
+STATIC_VERSION = "2"
+
+
+class Readers:
+    """One read-only connection per thread of the server's pool, opened on first use."""
+
+    def __init__(self, db_file: str) -> None:
+        self.db_file = db_file
+        self._local = threading.local()
+        self._all: list[apsw.Connection] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> apsw.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = core.open_reading(self.db_file)
+            with self._lock:
+                self._all.append(conn)
+        return cast(apsw.Connection, conn)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+
+
+#: The export formats, and what each is sent as.
+EXPORTS = {
+    "jsonl": ("application/x-ndjson", "jsonl"),
+    "csv": ("text/csv; charset=utf-8", "csv"),
+    "otlp-json": ("application/x-ndjson", "otlp.jsonl"),
+    "bundle": ("application/x-tar", "tar"),
+}
 
 
 @dataclass
@@ -41,7 +75,7 @@ class WebState:
     #: Makes the server's own runtimes (a Runtime is not shared between threads).
     new_runtime: Callable[[], Any]
     upkeep: bool = True
-    readers: core.Readers = field(init=False)
+    readers: Readers = field(init=False)
     templates: jinja2.Environment = field(init=False)
     hub: Hub = field(init=False)
     feed: Feed | None = None
@@ -52,7 +86,7 @@ class WebState:
     _caches: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.readers = core.Readers(self.db_file)
+        self.readers = Readers(self.db_file)
         self.templates = environment()
         self.hub = Hub(self._history)
 

@@ -28,6 +28,8 @@ from events.display import printable
 if TYPE_CHECKING:
     from projections.follow import LogFollower
     from shep.home.runtime import Runtime
+    from shep.runs.cancel import Cancelled
+    from shep.runs.decisions import Approval
     from shep.workflows.shape import GraphShape
 
 Row = dict[str, Any]
@@ -59,30 +61,6 @@ def open_writing(db_file: str) -> apsw.Connection:
 
     ensure_home(os.path.dirname(db_file))
     return open_database(db_file)
-
-
-class Readers:
-    """One read-only connection per thread of the server's pool, opened on first use."""
-
-    def __init__(self, db_file: str) -> None:
-        self.db_file = db_file
-        self._local = threading.local()
-        self._all: list[apsw.Connection] = []
-        self._lock = threading.Lock()
-
-    def get(self) -> apsw.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = open_reading(self.db_file)
-            with self._lock:
-                self._all.append(conn)
-        return cast(apsw.Connection, conn)
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._all:
-                conn.close()
-            self._all.clear()
 
 
 @contextmanager
@@ -450,22 +428,19 @@ def verify(db_file: str, store_url: str | None) -> Row:
     copy with it is still ``shep audit verify``'s own, in ``shep/cli/audit.py``).
     """
     from events.audit import open_log, verify_chain
+    from events.postgres_url import where
+    from events.postgres_verify import verify_pg_chain
 
+    if store_url is None and not os.path.exists(db_file):
+        return {"ok": True, "events": 0, "head_hash": "", "where": db_file, "problem": ""}
     if store_url is not None:
-        from events.postgres_url import where
-        from events.postgres_verify import verify_pg_chain
-
-        report = verify_pg_chain(store_url)
-        place = f"the shared store at {where(store_url)}"
+        report, place = verify_pg_chain(store_url), f"the shared store at {where(store_url)}"
     else:
-        if not os.path.exists(db_file):
-            return {"ok": True, "events": 0, "head_hash": "", "where": db_file, "problem": ""}
         conn = open_log(db_file)
         try:
-            report = verify_chain(conn)
+            report, place = verify_chain(conn), db_file
         finally:
             conn.close()
-        place = db_file
     return {
         "ok": report.ok,
         "events": report.events,
@@ -474,15 +449,6 @@ def verify(db_file: str, store_url: str | None) -> Row:
         "problem": report.problem,
         "where": place,
     }
-
-
-#: The export formats, and what each is sent as.
-EXPORTS = {
-    "jsonl": ("application/x-ndjson", "jsonl"),
-    "csv": ("text/csv; charset=utf-8", "csv"),
-    "otlp-json": ("application/x-ndjson", "otlp.jsonl"),
-    "bundle": ("application/x-tar", "tar"),
-}
 
 
 def write_export(db_file: str, fmt: str, kind: str, out: BinaryIO) -> None:
@@ -555,7 +521,7 @@ def decisions_for(runtime: Runtime, ref: str) -> list[Row]:
     return why(runtime, ref)
 
 
-# --- actions (see docs/ui.md, "Phase 2", for those that wait for the core) -------------------
+# --- actions (see docs/ui.md, "Phase 2", for those still to come) --------------------------
 
 
 def user_actor(as_: str | None) -> str:
@@ -596,3 +562,36 @@ def resume_decided(runtime: Runtime) -> None:
     from shep.runs.inbox_watch import check_inbox
 
     check_inbox(runtime, notice=False)
+
+
+def approve(runtime: Runtime, item_id: str, *, actor: str, comment: str) -> Approval:
+    """Approve gate ``item_id`` as ``actor`` (``shep approve``'s ``record_approval``): under
+    a cosign policy the supervisor has not signed yet, a vote (not ``decided``)."""
+    from projections.inbox_queries import resolve_item
+    from shep.runs.decisions import record_approval
+
+    item = resolve_item(runtime.read_db(), item_id, kind="approval")
+    return record_approval(runtime, item, actor=actor, comment=comment)
+
+
+def go_on(runtime: Runtime, run_id: str, *, decided: bool) -> str | None:
+    """A detached worker for the run: once ``decided`` (its gate: ``resume_after_decision``,
+    which says why not through ``runtime.say``), else an interrupted or failed run
+    (``shep resume``, never forced). What the person is told of the worker, if one started.
+    """
+    from shep.runs.decisions import resume_after_decision
+    from shep.runs.launch import resume
+
+    if decided:
+        launched = resume_after_decision(runtime, run_id, wait=False)
+    else:
+        launched = resume(runtime, UUID(run_id), background=True, timeout=None, force=False)
+    return getattr(launched, "notice", None)
+
+
+def cancel(runtime: Runtime, run_id: str) -> Cancelled:
+    """Cancel the run as this server's user (``shep cancel``): stop its worker and agents."""
+    from shep.home.identity import current_actor
+    from shep.runs.cancel import cancel as cancel_run
+
+    return cancel_run(runtime.store(), UUID(run_id), actor=current_actor(), grace=5.0)

@@ -33,7 +33,7 @@ from events.errors import (
     ShepError,
 )
 from shep.web import core
-from shep.web.app import WebState, render
+from shep.web.app import EXPORTS, WebState, render
 from shep.web.graph import graph_svg
 
 Row = dict[str, Any]
@@ -436,7 +436,7 @@ def audit_page(request: Request) -> Response:
         page="audit",
         head=head,
         verified=verified,
-        formats=list(core.EXPORTS),
+        formats=list(EXPORTS),
         kinds=("all", "decisions", "approvals"),
         position=position,
     )
@@ -500,9 +500,9 @@ async def audit_export(request: Request) -> Response:
     state = _state(request)
     fmt = request.path_params["fmt"]
     kind = request.query_params.get("kind", "all")
-    if fmt not in core.EXPORTS or kind not in ("all", "decisions", "approvals"):
+    if fmt not in EXPORTS or kind not in ("all", "decisions", "approvals"):
         raise HTTPException(404)
-    media, suffix = core.EXPORTS[fmt]
+    media, suffix = EXPORTS[fmt]
     headers = {"content-disposition": f'attachment; filename="shep-audit-{kind}.{suffix}"'}
     if fmt == "bundle":
         return StreamingResponse(_bundle(state, kind), media_type=media, headers=headers)

@@ -1,5 +1,6 @@
-"""Deciding on the page, and seeing others decide: a question answered and a gate rejected
-in the browser resume the run with a real worker, recorded with the user's actor; a
+"""Deciding on the page, and seeing others decide: a question answered, a gate rejected
+and one approved in the browser resume the run with a real worker, recorded with the
+user's actor; a
 decision made first from the CLI (here or on another machine of a shared store) shows
 on the open page, who and when; a read-only server shows and takes no action."""
 
@@ -205,3 +206,47 @@ def test_a_shared_store_shows_the_other_machines_runs_and_decisions(
         screenshot(tab, "item-decided-elsewhere", tmp_path)
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_a_gate_approved_by_clicking_on_the_page_lets_the_run_go_on(
+    page: Watched,
+    fake_claude: Path,
+    repo: Path,
+    test_workflows: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """gated-review's question answered from the CLI; its gate, open on the inbox page,
+    is approved by a click (a comment typed): the page says so and shows who approved,
+    a worker takes the run on, and the run's page shows it completed without reload."""
+    monkeypatch.setenv("FAKE_DELAY", "0.2")
+    run = shep("run", "gated-review", "--repo", str(repo), "--background", check=True)
+    run_id = run.stdout.strip()
+    server = UiServer.start()
+    try:
+        tab = page.page
+        tab.goto(server.url)
+        tab.goto(f"{server.base}/inbox")
+        expect(tab.locator("section.item.kind-question")).to_have_count(1, timeout=30_000)
+        shep("answer", run_id[:8], "--option", "small", check=True)
+        gate_box = tab.locator("section.item.kind-approval.status-pending")
+        expect(gate_box).to_have_count(1, timeout=60_000)
+        item = str(gate_box.get_attribute("id"))[len("item-") :]
+        gate_box.locator("input[name=comment]").fill("Good plan.")
+        gate_box.locator("form[action$=approve] button").click()
+        me = user_actor(None)
+        expect(tab.locator(f"#item-{item} .decided")).to_contain_text(
+            f"Approved by {me}", timeout=30_000
+        )
+        tab.goto(f"{server.base}/runs/{run_id}")
+        expect(tab.locator("#run-status")).to_have_text("completed", timeout=60_000)
+        assert page.errors == []
+    finally:
+        server.stop()
+    decisions = [d for d in _decisions() if d.get("run") == run_id and d.get("actor")]
+    assert [(d["verdict"], d["actor"]) for d in decisions] == [
+        ("answered", me),
+        ("approved", me),
+    ]
+    assert decisions[1]["reason"] == "Good plan."

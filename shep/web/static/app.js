@@ -205,8 +205,8 @@
           result.textContent = reply.message;
           result.className = "result " + (reply.ok ? "ok" : "error");
         }
-        if (!reply.ok && button) button.disabled = false;
         const section = form.closest("section.item");
+        if ((!reply.ok || !section) && button) button.disabled = false;
         if (reply.ok && section) section.dataset.v = "decided";
       })
       .catch(() => { if (button) button.disabled = false; });
