@@ -548,7 +548,7 @@ def bench_resume(workdir: Path, kills: int) -> dict[str, float]:
 GROUPS = (
     "appends", "long_run", "rebuild", "status", "status_empty", "inbox", "follow", "ui",
     "snapshot", "replay", "readers", "audit", "supervisor", "checkpointer", "shared_store",
-    "resume", "approve",
+    "resume", "approve", "upgrade",
 )  # fmt: skip
 
 
