@@ -161,6 +161,12 @@ def mark_orphans(runtime: Runtime) -> list[str]:
     """
     if not runtime.may_have_orphans():
         return []
+    from shep.home.identity import host_name
+
+    conn = runtime.read_db()
+    orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
+    if not orphans:
+        return []  # a live worker: nothing imported for writing (status stays light)
     from uuid import UUID
 
     from commands.mark_interrupted import mark_interrupted
@@ -171,10 +177,7 @@ def mark_orphans(runtime: Runtime) -> list[str]:
         WorkerFencedError,
     )
     from projections.catch_up import catch_up
-    from shep.home.identity import host_name
 
-    conn = runtime.read_db()
-    orphans = find_orphans(conn, host=host_name(), orphan_after=orphan_after(conn))
     marked: list[str] = []
     for orphan in orphans:
         try:
@@ -191,6 +194,5 @@ def mark_orphans(runtime: Runtime) -> list[str]:
             continue  # another process got there first, the run ended, or was resumed
         except StoreTooNewError:
             return marked  # a newer shep's store: read as it is; this shep writes none of it
-    if orphans:
-        catch_up(conn)
+    catch_up(conn)
     return marked
