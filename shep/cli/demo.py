@@ -127,6 +127,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.cli.run import execute_run
     from shep.cli.status import status
     from shep.home.identity import current_actor, host_name, process_start
+    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
 
     store = runtime.store()
@@ -141,6 +142,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         pid=os.getpid(),
         host=host_name(),
         process_start=process_start(os.getpid()),
+        **pin_fields(workflow),
     )
     click.echo(
         f"shep demo: analyzing a sample repository with the DEMO agent "

@@ -164,6 +164,7 @@ def answer(
             "Give the answer as ANSWER, --option ID or --text TEXT (one of them)."
         )
     item = resolve_item(_db(runtime), item_ref, kind="question")
+    check_workflow(runtime, item["run_id"])
     state = answer_question(
         runtime.store(),
         UUID(item["item_id"]),
@@ -191,6 +192,7 @@ def approve(runtime: Runtime, item_ref: str, comment: str, as_: str | None, wait
     from shep.home.identity import user_actor
 
     item = resolve_item(_db(runtime), item_ref, kind="approval")
+    check_workflow(runtime, item["run_id"])
     user_approves(runtime, item, actor=user_actor(as_), comment=comment, wait=wait)
 
 
@@ -250,6 +252,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
 
     conn = _db(runtime)
     item = resolve_item(conn, item_ref, kind="approval")
+    check_workflow(runtime, item["run_id"])
     reject_item(runtime.store(), UUID(item["item_id"]), actor=user_actor(as_), reason=reason)
     phase = item["phase"] or item["node"]
     click.echo(
@@ -273,6 +276,18 @@ def _db(runtime: Runtime) -> Any:
     if not runtime.has_store():
         raise ItemRefError("The inbox is empty: no run has asked anything.")
     return runtime.read_db()
+
+
+def check_workflow(runtime: Runtime, run_hex: str) -> None:
+    """Refuse (``WorkflowChangedError``) a decision the run could not go on with: its
+    workflow changed since it started and declares no migration. Nothing is recorded."""
+    from commands.run_state import load_run
+    from events.runs import WAITING_STATUSES
+    from shep.runs.pin import check_resume
+
+    run_id = UUID(run_hex)
+    if load_run(runtime.store(), run_id).status in WAITING_STATUSES:
+        check_resume(runtime.store(), run_id)
 
 
 def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None:

@@ -92,7 +92,7 @@ class _Decision:
 def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
     """Ask for the item's decision; once confirmed, record it and resume its run."""
     from events.errors import ShepError
-    from shep.cli.inbox import resume_after_decision
+    from shep.cli.inbox import check_workflow, resume_after_decision
 
     if item["kind"] == "question":
         decision = _ask_answer(runtime, terminal, item)
@@ -104,6 +104,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
         click.echo("Nothing recorded.")
         return
     try:
+        check_workflow(runtime, item["run_id"])
         line, decided = decision.record()
         click.echo(line)
     except ShepError as e:

@@ -94,6 +94,7 @@ def run(
     from shep.home.identity import current_actor, host_name, process_start
     from shep.home.secrets import require_token
     from shep.home.settings import load_settings
+    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
 
     workflow = get_workflow(name)
@@ -133,6 +134,7 @@ def run(
         pid=me,
         host=host_name(),
         process_start=process_start(me),
+        **pin_fields(workflow),
     )
     launch(runtime, run_id, resume=False, background=background, timeout=timeout)
 
@@ -421,7 +423,15 @@ def launch(
 ) -> int | None:
     """Start (or resume) the run: in a detached worker (its pid is returned), or in this
     process. A background start prints the run id on stdout (for scripts) unless ``quiet``.
+
+    A resume goes on only under the graph the run is pinned to, or through the migration
+    its workflow declares (``shep.runs.pin``): else ``WorkflowChangedError``, nothing
+    recorded.
     """
+    if resume:
+        from shep.runs.pin import check_resume
+
+        check_resume(runtime.store(), run_id)
     if background:
         from commands.fail_run import fail_run
         from commands.resume_run import resume_run

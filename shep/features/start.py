@@ -194,6 +194,7 @@ def create_feature_run(
     """Create the feature's run (``feature`` or ``feature-fast``) on its worktree."""
     from commands.create_run import create_run
     from events.features import FEATURE, FEATURE_FAST
+    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
 
     workflow = get_workflow(FEATURE_FAST if fast else FEATURE)
@@ -228,4 +229,5 @@ def create_feature_run(
         pid=me,
         host=host,
         process_start=process_start,
+        **pin_fields(workflow),
     )

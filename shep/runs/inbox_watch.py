@@ -106,13 +106,19 @@ def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
 
 
 def _resume(runtime: Runtime, run_hex: str) -> None:
-    from events.errors import InvalidTransitionError
+    from events.errors import InvalidTransitionError, WorkflowChangedError
     from shep.cli.run import launch
 
-    with contextlib.suppress(InvalidTransitionError):
+    try:
         pid = launch(runtime, UUID(run_hex), resume=True, background=True, timeout=None, quiet=True)
-        if pid is not None:
-            runtime.resumed[run_hex] = pid
+    except InvalidTransitionError:
+        return
+    except WorkflowChangedError as e:
+        # Decided, but its workflow changed: it waits, as it was, for one of the ways out.
+        print(f"shep: {e}", file=sys.stderr)
+        return
+    if pid is not None:
+        runtime.resumed[run_hex] = pid
 
 
 def notice_enabled(conn: apsw.Connection) -> bool:

@@ -44,6 +44,7 @@ from events.errors import (
     ShepError,
     StepFailedError,
     WorkerFencedError,
+    WorkflowChangedError,
 )
 from events.inbox import item_stream_id
 from events.runs import NodeStarted, RunStatus, RunSuspended
@@ -151,12 +152,17 @@ class Runner:
         try:
             with _terminate_raises():
                 graph = self.plan.workflow.build(kit).compile(checkpointer=saver)
+                self._cross_over(saver)
                 with heartbeat:
                     waiting = self._drive(graph, saver)
                 # The heartbeat has stopped: the last transition is ours alone.
                 if waiting:
                     return self._suspend(waiting)
             return self._complete()
+        except WorkflowChangedError as e:
+            # The workflow changed after the launcher checked it: not this graph, ever.
+            self._interrupt(str(e))
+            raise
         except (InvalidTransitionError, WorkerFencedError):
             # Someone else ended the run (a cancel) or took it over (a resume while
             # this worker was stopped): it is no longer ours to record.
@@ -185,6 +191,19 @@ class Runner:
             self.progress.close()
             with contextlib.suppress(ShepError):
                 saver.close()
+
+    def _cross_over(self, saver: Any) -> None:
+        """Resume only under the graph the run is pinned to, or through the migration its
+        workflow declares (applied and recorded here); else ``WorkflowChangedError``."""
+        from shep.runs.pin import check_resume, migrate
+
+        crossing = check_resume(self.store, self.run_id)
+        if crossing is not None:
+            migrate(self.store, saver, self.run_id, crossing)
+            self.progress.message(
+                f"migrated from {self.plan.workflow.name} version "
+                f"{crossing.pinned.workflow_version} to {crossing.now.workflow_version}"
+            )
 
     def _drive(self, graph: Any, saver: Any) -> list[Ask]:
         """Invoke the graph until it ends (``[]``) or stops at undecided interrupts."""

@@ -103,3 +103,19 @@ def workflow_shape(workflow: Workflow) -> GraphShape:
         for edge in drawn.edges
     )
     return GraphShape(tuple(nodes), edges)
+
+
+def graph_fingerprint(shape: GraphShape) -> str:
+    """A short digest of the graph's nodes, their kinds and its edges.
+
+    The same graph gives the same fingerprint in every process (sorted JSON,
+    SHA-256: no hash seed, no declaration order); titles and prompts do not
+    count, only what decides where a run goes next.
+    """
+    import hashlib
+    import json
+
+    nodes = sorted([node.name, node.kind] for node in shape.nodes)
+    edges = sorted([edge.source, edge.target, edge.conditional] for edge in shape.edges)
+    text = json.dumps({"nodes": nodes, "edges": edges}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
