@@ -127,8 +127,8 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.cli.run import execute_run
     from shep.cli.status import status
     from shep.home.identity import current_actor, host_name, process_start
-    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     store = runtime.store()
     workflow = get_workflow("analyze-repository")

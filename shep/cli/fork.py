@@ -70,8 +70,8 @@ def fork(
     from projections.queries import resolve_run_id
     from shep.cli.run import launch
     from shep.home.identity import current_actor, host_name, process_start
-    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     store = runtime.store()
     origin = UUID(resolve_run_id(runtime.read_db(), run_ref))

@@ -94,8 +94,8 @@ def run(
     from shep.home.identity import current_actor, host_name, process_start
     from shep.home.secrets import require_token
     from shep.home.settings import load_settings
-    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     workflow = get_workflow(name)
     repo_path = repo.expanduser().resolve()

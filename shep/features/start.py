@@ -194,8 +194,8 @@ def create_feature_run(
     """Create the feature's run (``feature`` or ``feature-fast``) on its worktree."""
     from commands.create_run import create_run
     from events.features import FEATURE, FEATURE_FAST
-    from shep.runs.pin import pin_fields
     from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     workflow = get_workflow(FEATURE_FAST if fast else FEATURE)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 from uuid import UUID
 
 from commands.run_state import RunState, next_events
@@ -33,21 +33,12 @@ from events.store import EventStore
 from events.versions import SHEP_VERSION
 from shep.workflows import get_workflow
 from shep.workflows.base import Migration, Workflow
-from shep.workflows.shape import GraphShape
+from shep.workflows.shape import Pin, current_pin, workflow_shape_of
 
 #: How a run created before pins existed is named.
 UNKNOWN = "unknown"
 #: The state keys of ``StepState`` keyed by node name: a rename carries their entries over.
 NODE_KEYED = ("results", "iterations", "feedback", "answers", "verdicts")
-
-
-@dataclass(frozen=True)
-class Pin:
-    """The code a run is pinned to (None: not known, a run from before pins)."""
-
-    shep_version: str | None
-    workflow_version: str | None
-    fingerprint: str | None
 
 
 @dataclass(frozen=True)
@@ -58,25 +49,6 @@ class Crossing:
     pinned: Pin
     now: Pin
     migration: Migration
-
-
-_SHAPES: dict[str, tuple[Workflow, GraphShape, str]] = {}
-
-
-def _shape(workflow: Workflow) -> tuple[GraphShape, str]:
-    """The workflow's graph and its fingerprint, computed once per process."""
-    from shep.workflows.shape import graph_fingerprint, workflow_shape
-
-    known = _SHAPES.get(workflow.name)
-    if known is None or known[0] is not workflow:
-        shape = workflow_shape(workflow)
-        known = _SHAPES[workflow.name] = (workflow, shape, graph_fingerprint(shape))
-    return known[1], known[2]
-
-
-def current_pin(workflow: Workflow) -> Pin:
-    """What a run of ``workflow`` created now is pinned to (imports langgraph)."""
-    return Pin(SHEP_VERSION, workflow.version, _shape(workflow)[1])
 
 
 def run_pin(events: Sequence[Any]) -> Pin:
@@ -112,7 +84,7 @@ def check_resume(store: EventStore, run_id: UUID) -> Crossing | None:
 
 def _refusal(store: EventStore, run_id: UUID, workflow: Workflow, pinned: Pin, now: Pin) -> str:
     short = run_id.hex[:8]
-    nodes = {node.name for node in _shape(workflow)[0].nodes}
+    nodes = {node.name for node in workflow_shape_of(workflow).nodes}
     fits = fork_point(store, run_id, nodes)
     fork = (
         f"or `shep fork {short} --at {fits[:20]}` (its last checkpoint this graph can take)"
@@ -269,16 +241,3 @@ def migrate(store: EventStore, saver: Any, run_id: UUID, crossing: Crossing) -> 
     else:
         saver.flush(thread)
     return migrated
-
-
-class PinFields(TypedDict):
-    """``create_run``'s and ``fork_run``'s pin arguments."""
-
-    workflow_version: str | None
-    graph_fingerprint: str | None
-
-
-def pin_fields(workflow: Workflow) -> PinFields:
-    """The pin arguments for a run of ``workflow`` made now."""
-    pin = current_pin(workflow)
-    return {"workflow_version": pin.workflow_version, "graph_fingerprint": pin.fingerprint}

@@ -15,7 +15,7 @@ from shep.workflows.base import Migration
 ROOT = Path(__file__).resolve().parents[2]
 
 PRINT = (
-    "from shep.runs.pin import current_pin\n"
+    "from shep.workflows.shape import current_pin\n"
     "from shep.workflows import WORKFLOWS\n"
     "for w in WORKFLOWS.values(): print(w.name, current_pin(w).fingerprint)\n"
 )
