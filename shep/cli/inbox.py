@@ -164,7 +164,7 @@ def answer(
             "Give the answer as ANSWER, --option ID or --text TEXT (one of them)."
         )
     item = resolve_item(_db(runtime), item_ref, kind="question")
-    check_workflow(runtime, item["run_id"])
+    check_workflow(runtime, item)
     state = answer_question(
         runtime.store(),
         UUID(item["item_id"]),
@@ -192,7 +192,7 @@ def approve(runtime: Runtime, item_ref: str, comment: str, as_: str | None, wait
     from shep.home.identity import user_actor
 
     item = resolve_item(_db(runtime), item_ref, kind="approval")
-    check_workflow(runtime, item["run_id"])
+    check_workflow(runtime, item)
     user_approves(runtime, item, actor=user_actor(as_), comment=comment, wait=wait)
 
 
@@ -252,7 +252,7 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
 
     conn = _db(runtime)
     item = resolve_item(conn, item_ref, kind="approval")
-    check_workflow(runtime, item["run_id"])
+    check_workflow(runtime, item)
     reject_item(runtime.store(), UUID(item["item_id"]), actor=user_actor(as_), reason=reason)
     phase = item["phase"] or item["node"]
     click.echo(
@@ -278,16 +278,12 @@ def _db(runtime: Runtime) -> Any:
     return runtime.read_db()
 
 
-def check_workflow(runtime: Runtime, run_hex: str) -> None:
+def check_workflow(runtime: Runtime, item: dict[str, Any]) -> None:
     """Refuse (``WorkflowChangedError``) a decision the run could not go on with: its
     workflow changed since it started and declares no migration. Nothing is recorded."""
-    from commands.run_state import load_run
-    from events.runs import WAITING_STATUSES
-    from shep.runs.pin import check_resume
+    from shep.runs.pin import check_decision
 
-    run_id = UUID(run_hex)
-    if load_run(runtime.store(), run_id).status in WAITING_STATUSES:
-        check_resume(runtime.store(), run_id)
+    check_decision(runtime.store(), UUID(item["item_id"]))
 
 
 def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None:

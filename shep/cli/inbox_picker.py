@@ -104,7 +104,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
         click.echo("Nothing recorded.")
         return
     try:
-        check_workflow(runtime, item["run_id"])
+        check_workflow(runtime, item)
         line, decided = decision.record()
         click.echo(line)
     except ShepError as e:

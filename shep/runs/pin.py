@@ -241,3 +241,19 @@ def migrate(store: EventStore, saver: Any, run_id: UUID, crossing: Crossing) -> 
     else:
         saver.flush(thread)
     return migrated
+
+
+def check_decision(store: EventStore, item_id: UUID) -> None:
+    """Refuse (``WorkflowChangedError``) a decision on inbox item ``item_id`` that its run
+    could not go on with: the run waits, and its workflow changed with no migration from
+    its version. Called before the decision is recorded, so a refusal records nothing."""
+    from commands.inbox_state import load_item
+    from commands.run_state import load_run
+    from events.runs import WAITING_STATUSES
+
+    item = load_item(store, item_id)
+    if item is None:
+        return  # the decision's own command says so
+    run_id = item.asked.run_id
+    if load_run(store, run_id).status in WAITING_STATUSES:
+        check_resume(store, run_id)

@@ -94,10 +94,16 @@ async def _act(request: Request, back: str, act: Any) -> Response:
     return _reply(request, 200, message, back)
 
 
-def _decide(state: WebState, decide: Any) -> str:
-    """Record a decision in a runtime of its own, then let the run go on."""
+def _decide(state: WebState, item: str, decide: Any) -> str:
+    """Record a decision in a runtime of its own, then let the run go on. A decision its
+    run could not go on with (its workflow changed) is refused first, recording nothing."""
+    from uuid import UUID
+
+    from shep.runs.pin import check_decision
+
     runtime = state.new_runtime()
     try:
+        check_decision(runtime.store(), UUID(item))
         message = str(decide(runtime))
         core.resume_decided(runtime)
         return message
@@ -117,6 +123,7 @@ async def answer(request: Request) -> Response:
             raise _Refused(400, "Pick one option, or write an answer (one of them).")
         answered = _decide(
             state,
+            item,
             lambda runtime: core.answer(runtime, item, actor=actor, text=text, option=option),
         )
         return printable(f"Answered {item[:8]} as {actor}: {answered}")
@@ -131,7 +138,7 @@ async def reject(request: Request) -> Response:
     def act(fields: dict[str, str]) -> str:
         actor = core.user_actor(fields.get("as") or None)
         reason = fields.get("reason", "").strip()
-        _decide(state, lambda runtime: core.reject(runtime, item, actor=actor, reason=reason))
+        _decide(state, item, lambda runtime: core.reject(runtime, item, actor=actor, reason=reason))
         return printable(f"Rejected {item[:8]} as {actor}: its phase runs again with the reason.")
 
     return await _act(request, f"/items/{item}", act)
