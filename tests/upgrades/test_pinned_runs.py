@@ -19,6 +19,7 @@ from uuid import UUID
 
 import pytest
 
+from events.checkpoints import CheckpointSaved
 from events.inbox import ApprovalGranted
 from events.runs import NodeCompleted, RunCreated, RunMigrated
 from events.store import EventStore
@@ -28,24 +29,29 @@ pytestmark = pytest.mark.timeout(240)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The plug-in workflow: draft (agent) -> review (gate on draft) -> LAST (agent). Version 1
-#: calls the last step ``summarize``; version 2 renamed it ``report``.
+#: The plug-in workflow: draft (agent, writes plan.md) -> review (gate on plan.md) -> LAST
+#: (agent). Version 1 calls the last step ``summarize``; version 2 renamed it ``report``.
 MODULE = """
 from shep.workflows.base import (
-    AgentStep, Approval, ApprovalGate, Migration, Workflow, linear,
+    AgentStep, Approval, ApprovalGate, Migration, StepState, Workflow, linear,
 )
 
-DRAFT = AgentStep(name="draft", title="Draft", instruction="Draft a plan for {{repo}}.")
+class State(StepState, total=False):
+    budget: int
+
+DRAFT = AgentStep(
+    name="draft", title="Draft", instruction="Draft a plan for {{repo}}.", artifact="plan.md"
+)
 REVIEW = ApprovalGate(
     name="review", title="Review", phase="draft",
-    approval=lambda state: Approval(summary="The draft is ready"),
+    approval=lambda state: Approval(summary="The draft is ready", artifacts=("plan.md",)),
 )
 LAST = AgentStep(name="{last}", title="Last", instruction="Sum up the plan.")
 STEPS = (DRAFT, REVIEW, LAST)
 WORKFLOWS = [
     Workflow(
         name="pinflow", description="a plug-in workflow that changes", steps=STEPS,
-        build=linear(STEPS), version="{version}", migrations={migrations},
+        build=linear(STEPS, State), version="{version}", migrations={migrations},
     )
 ]
 """
@@ -53,6 +59,12 @@ V1 = MODULE.format(last="summarize", version="1", migrations="{}")
 V2 = MODULE.format(last="report", version="2", migrations="{}")
 V2_MIGRATED = MODULE.format(
     last="report", version="2", migrations='{"1": Migration(renamed={"summarize": "report"})}'
+)
+#: A migration that changes the checkpoint: a new state key with its default.
+V2_DEFAULTS = MODULE.format(
+    last="report",
+    version="2",
+    migrations='{"1": Migration(renamed={"summarize": "report"}, defaults={"budget": 3})}',
 )
 
 
@@ -192,6 +204,40 @@ def test_a_changed_workflow_with_a_migration_goes_on_after_the_approval(shep: Sh
     assert any(isinstance(e, ApprovalGranted) for e in _item_events(shep, events))
     # Pinned to the new version now: another resume needs no migration.
     assert shep("resume", run.hex[:8], ok=False).returncode == 2  # completed: bad input
+
+
+@pytest.mark.slow
+def test_a_migration_that_changes_the_checkpoint_keeps_the_decision(shep: Shep) -> None:
+    """A migration that must change the run's checkpoint (a state key added with its
+    default) saves a new checkpoint with ``RunMigrated``; the gate waiting on the old one
+    is not asked again: the approval given is reapplied (recorded, on the same
+    byte-identical artifact) and the run completes."""
+    from shep.replay.state import checkpoint_state
+
+    run = shep.waiting_run()
+    shep.module(V2_DEFAULTS)
+    shep("approve", run.hex[:8], "--wait")
+    assert shep.status(run) == "completed"
+    events = shep.events(run)
+    (migrated,) = [e for e in events if isinstance(e, RunMigrated)]
+    assert migrated.defaults == ["budget"]
+    assert migrated.checkpoint_id is not None
+    (saved,) = [
+        e
+        for e in events
+        if isinstance(e, CheckpointSaved) and e.checkpoint_id == migrated.checkpoint_id
+    ]
+    assert checkpoint_state(saved)["budget"] == 3
+    assert _completed(events)[-2:] == ["review", "report"]
+    with EventStore(shep.home / "shep.db") as store:
+        granted = [
+            e
+            for _, e in store.positions_of([ApprovalGranted], after=0)
+            if isinstance(e, ApprovalGranted) and e.run_id == run
+        ]
+    # The person's, then the same decision given again on the new checkpoint's gate.
+    assert [g.reapplied_from for g in granted] == [None, granted[0].originator_id]
+    assert json.loads(shep("inbox", "--json").stdout) == []
 
 
 def _item_events(shep: Shep, events: list[Any]) -> list[Any]:
