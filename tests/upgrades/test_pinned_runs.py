@@ -187,8 +187,8 @@ def test_a_changed_workflow_without_a_migration_is_refused_and_a_fork_goes_on(
 @pytest.mark.slow
 def test_a_changed_workflow_with_a_migration_goes_on_after_the_approval(shep: Shep) -> None:
     """A workflow that declares how runs of version 1 cross over: the approval is
-    recorded and used, the migration is recorded naming both versions and prints, and the
-    run completes through the renamed node."""
+    recorded and used, the migration is recorded naming both versions and prints (and
+    shown by replay), and the run completes through the renamed node."""
     run = shep.waiting_run()
     pinned = shep.events(run)[0]
     shep.module(V2_MIGRATED)
@@ -200,6 +200,11 @@ def test_a_changed_workflow_with_a_migration_goes_on_after_the_approval(shep: Sh
     assert migrated.from_fingerprint == pinned.graph_fingerprint
     assert migrated.to_fingerprint != pinned.graph_fingerprint
     assert migrated.renamed == {"summarize": "report"}
+    frames = [
+        json.loads(line) for line in shep("replay", run.hex[:8], "--json").stdout.splitlines()
+    ]
+    (frame,) = [f for f in frames if f["status"] == "migrated"]
+    assert frame["title"] == "Migrated from pinflow version 1 to 2"
     assert _completed(events)[-2:] == ["review", "report"]
     assert any(isinstance(e, ApprovalGranted) for e in _item_events(shep, events))
     # Pinned to the new version now: another resume needs no migration.
