@@ -14,6 +14,11 @@ supervisor: all through ``shep.cli.run.launch``) asks ``check_resume`` first:
   ways out (the shep that started the run, or ``shep fork`` at the newest
   checkpoint whose next nodes all exist in the new graph). Nothing is recorded.
 
+A person's decision is checked before it is recorded (``check_decision``:
+``shep answer``/``approve``/``reject``, the inbox picker, the dashboard), so a
+refused one leaves the item pending. The supervisor's and a deadline's
+decisions are recorded, and their run's resume is refused the same way.
+
 Computing a fingerprint builds the graph, which imports langgraph.
 """
 
