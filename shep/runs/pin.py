@@ -32,7 +32,7 @@ from uuid import UUID
 
 from commands.run_state import RunState, next_events
 from events.checkpoints import CheckpointSaved
-from events.errors import WorkflowChangedError
+from events.errors import UnknownWorkflowError, WorkflowChangedError
 from events.runs import RunCreated, RunMigrated, RunStatus
 from events.store import EventStore
 from events.versions import SHEP_VERSION
@@ -77,7 +77,10 @@ def check_resume(store: EventStore, run_id: UUID) -> Crossing | None:
     pinned = run_pin(events)
     if pinned.fingerprint is None:
         return None  # from before pins: it resumes as it always did
-    workflow = get_workflow(events[0].workflow)
+    try:
+        workflow = get_workflow(events[0].workflow)
+    except UnknownWorkflowError:
+        return None  # not registered here: the worker says so, as it always did
     now = current_pin(workflow)
     if now.fingerprint == pinned.fingerprint:
         return None
