@@ -8,6 +8,7 @@ from uuid import UUID, uuid4
 from events.base import utc_now
 from events.runs import RunCreated
 from events.store import EventStore
+from events.versions import SHEP_VERSION
 
 
 def create_run(
@@ -26,12 +27,16 @@ def create_run(
     pid: int | None = None,
     host: str | None = None,
     process_start: str | None = None,
+    workflow_version: str | None = None,
+    graph_fingerprint: str | None = None,
 ) -> UUID:
     """Append ``RunCreated`` to a new stream and return the run id.
 
     ``pid``, ``host`` and ``process_start`` name the process that will start
     the run; if it dies first, recovery finds the run pending with its creator
     gone and marks it interrupted (resumable) instead of leaving it pending.
+    ``workflow_version`` and ``graph_fingerprint`` pin the run to the workflow as
+    it is now (``shep.runs.pin.current_pin``), with this shep's version.
     """
     new_id = run_id or uuid4()
     store.append(
@@ -52,6 +57,9 @@ def create_run(
                 pid=pid,
                 host=host,
                 process_start=process_start,
+                shep_version=SHEP_VERSION,
+                workflow_version=workflow_version,
+                graph_fingerprint=graph_fingerprint,
             )
         ]
     )

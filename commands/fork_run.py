@@ -17,6 +17,7 @@ from events.checkpoints import CheckpointSaved
 from events.errors import RunInputError
 from events.runs import RunCreated, RunForked
 from events.store import EventStore
+from events.versions import SHEP_VERSION
 
 #: What a fork takes from the origin's checkpoint.
 RESTORE_MODES = ("both", "state", "worktree")
@@ -64,8 +65,16 @@ def fork_run(
     pid: int | None = None,
     host: str | None = None,
     process_start: str | None = None,
+    workflow_version: str | None = None,
+    graph_fingerprint: str | None = None,
+    node_names: list[str] | None = None,
 ) -> tuple[UUID, bool]:
-    """Create the fork (or find the one ``fork_key`` made before); (its id, made now)."""
+    """Create the fork (or find the one ``fork_key`` made before); (its id, made now).
+
+    The fork is pinned to the workflow as it is now (``workflow_version``,
+    ``graph_fingerprint``, its ``node_names``), not to the origin's: it goes on from
+    the origin's checkpoint under the current graph.
+    """
     if restore not in RESTORE_MODES:
         raise RunInputError(f"--restore is one of {', '.join(RESTORE_MODES)}, not {restore!r}.")
     new_id = fork_id(origin, fork_key)
@@ -100,7 +109,7 @@ def fork_run(
             model=created.model,
             repo=repo,
             inputs=dict(inputs),
-            node_names=list(created.node_names),
+            node_names=list(created.node_names if node_names is None else node_names),
             created_by=forked_by,
             origin_run_id=origin,
             origin_checkpoint_id=checkpoint_id,
@@ -109,6 +118,9 @@ def fork_run(
             pid=pid,
             host=host,
             process_start=process_start,
+            shep_version=SHEP_VERSION,
+            workflow_version=workflow_version,
+            graph_fingerprint=graph_fingerprint,
         )
         store.append([*forked, child])
     return new_id, True

@@ -33,6 +33,7 @@ from events.runs import (
     RunFailed,
     RunForked,
     RunInterrupted,
+    RunMigrated,
     RunResumed,
     RunStarted,
     RunStatus,
@@ -70,6 +71,8 @@ ALLOWED_FROM: dict[type[Event], frozenset[RunStatus]] = {
     WorktreeRemoved: frozenset(RunStatus),
     # A run is forked from any of its checkpoints, whatever became of it.
     RunForked: frozenset(RunStatus),
+    # Its worker migrates a run to a changed workflow before going on (shep.runs.pin).
+    RunMigrated: frozenset({RunStatus.RUNNING}),
 }
 #: Events that hand the run to a new owner (a worker), numbered by ``next_events``.
 _NEW_OWNER: frozenset[type[Event]] = frozenset({RunStarted, RunResumed})

@@ -134,6 +134,11 @@ class RunInputError(ShepError):
     exit_code = 2
 
 
+class WorkflowChangedError(ShepError):
+    """The run's workflow changed since it started and declares no way across: it is not
+    resumed (see ``shep.runs.pin``); exit 1, a refusal because of the state it is in."""
+
+
 class InterruptedRunExistsError(ShepError):
     exit_code = 2
 

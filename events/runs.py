@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
 from uuid import UUID
 
 import msgspec
@@ -25,8 +26,23 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     cost_usd: float | None = None
 
 
-class RunCreated(Event, frozen=True, kw_only=True):
-    """A run of a workflow was requested (status: pending)."""
+class RunCreated(Event, frozen=True, kw_only=True, tag_field="class_version", tag=2):
+    """A run of a workflow was requested (status: pending).
+
+    The run is pinned to the code that created it: ``shep_version``, the
+    workflow's ``workflow_version`` and ``graph_fingerprint`` (its nodes, their
+    kinds and its edges). It goes on under a different graph only through a
+    migration its workflow declares (``RunMigrated``); see ``shep.runs.pin``.
+    """
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 (shep 0.1.0) recorded no pin: such a run is pinned to nothing known."""
+        state.setdefault("shep_version", None)
+        state.setdefault("workflow_version", None)
+        state.setdefault("graph_fingerprint", None)
 
     workflow: str
     agent_type: str
@@ -46,6 +62,29 @@ class RunCreated(Event, frozen=True, kw_only=True):
     pid: int | None = None
     host: str | None = None
     process_start: str | None = None
+    shep_version: str | None = None
+    workflow_version: str | None = None
+    graph_fingerprint: str | None = None
+
+
+class RunMigrated(Event, frozen=True, kw_only=True):
+    """The run went on under a changed workflow through the migration the workflow declares
+    from the run's version: from then on it is pinned to ``to_version`` and
+    ``to_fingerprint``. ``checkpoint_id`` is the migrated checkpoint saved with this
+    event (None when the last checkpoint needed no change); ``renamed``, ``removed``
+    and ``defaults`` say what the migration changed in it.
+    """
+
+    workflow: str
+    from_version: str
+    to_version: str
+    from_fingerprint: str
+    to_fingerprint: str
+    shep_version: str
+    checkpoint_id: str | None = None
+    renamed: dict[str, str] = {}
+    removed: dict[str, str] = {}
+    defaults: list[str] = []
 
 
 class RunForked(Event, frozen=True, kw_only=True):

@@ -159,6 +159,10 @@ SPAN_EVENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
         "shep.run.forked",
         {"shep.fork.run_id": "fork_run_id", "shep.fork.checkpoint_id": "checkpoint_id"},
     ),
+    "RunMigrated": (
+        "shep.run.migrated",
+        {"shep.workflow.from_version": "from_version", "shep.workflow.to_version": "to_version"},
+    ),
     "FeatureMerged": (
         "shep.feature.merged",
         {"vcs.ref.base.name": "into", "vcs.ref.head.revision": "commit"},

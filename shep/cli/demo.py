@@ -131,6 +131,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.home.identity import current_actor, host_name, process_start
     from shep.runs.launch import execute_run
     from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     store = runtime.store()
     workflow = get_workflow("analyze-repository")
@@ -144,6 +145,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         pid=os.getpid(),
         host=host_name(),
         process_start=process_start(os.getpid()),
+        **pin_fields(workflow),
     )
     click.echo(
         f"shep demo: analyzing a sample repository with the DEMO agent "

@@ -70,12 +70,15 @@ def fork(
     from projections.queries import resolve_run_id
     from shep.cli.run import launch, render
     from shep.home.identity import current_actor, host_name, process_start
+    from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     store = runtime.store()
     origin = UUID(resolve_run_id(runtime.read_db(), run_ref))
     created = store.load(origin, types=[RunCreated])[0]
     assert isinstance(created, RunCreated)
     found = find_checkpoint(store, origin, checkpoint)
+    workflow = get_workflow(created.workflow)
     feature = created.workflow in FEATURE_WORKFLOW_NAMES
     restore = restore or ("both" if feature else "state")
     if restore != "state" and not feature:
@@ -107,6 +110,8 @@ def fork(
             pid=me,
             host=host_name(),
             process_start=process_start(me),
+            node_names=workflow.node_names,
+            **pin_fields(workflow),
         )
     except BaseException:
         _discard(made)

@@ -154,6 +154,7 @@ def answer(
     from events.errors import InvalidAnswerError
     from projections.inbox_queries import resolve_item
     from shep.home.identity import user_actor
+    from shep.runs.decisions import check_workflow
 
     given = [v for v in (answer_text, option_id, free_text) if v is not None]
     if len(given) != 1:
@@ -161,6 +162,7 @@ def answer(
             "Give the answer as ANSWER, --option ID or --text TEXT (one of them)."
         )
     item = resolve_item(_db(runtime), item_ref, kind="question")
+    check_workflow(runtime, item["item_id"])
     state = answer_question(
         runtime.store(),
         UUID(item["item_id"]),
@@ -217,10 +219,11 @@ def reject(runtime: Runtime, item_ref: str, reason: str, as_: str | None, wait: 
     from projections.catch_up import catch_up
     from projections.inbox_queries import count_rejections, resolve_item
     from shep.home.identity import user_actor
-    from shep.runs.decisions import REJECTION_WARNING
+    from shep.runs.decisions import REJECTION_WARNING, check_workflow
 
     conn = _db(runtime)
     item = resolve_item(conn, item_ref, kind="approval")
+    check_workflow(runtime, item["item_id"])
     reject_item(runtime.store(), UUID(item["item_id"]), actor=user_actor(as_), reason=reason)
     phase = item["phase"] or item["node"]
     click.echo(

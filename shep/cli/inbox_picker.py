@@ -93,7 +93,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
     """Ask for the item's decision; once confirmed, record it and resume its run."""
     from events.errors import ShepError
     from shep.cli.run import render
-    from shep.runs.decisions import resume_after_decision
+    from shep.runs.decisions import check_workflow, resume_after_decision
 
     if item["kind"] == "question":
         decision = _ask_answer(runtime, terminal, item)
@@ -105,6 +105,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
         click.echo("Nothing recorded.")
         return
     try:
+        check_workflow(runtime, item["item_id"])
         line, decided = decision.record()
         click.echo(line)
     except ShepError as e:

@@ -190,6 +190,7 @@ def create_feature_run(
     from commands.create_run import create_run
     from events.features import FEATURE, FEATURE_FAST
     from shep.workflows import get_workflow
+    from shep.workflows.shape import pin_fields
 
     workflow = get_workflow(FEATURE_FAST if fast else FEATURE)
 
@@ -223,4 +224,5 @@ def create_feature_run(
         pid=me,
         host=host,
         process_start=process_start,
+        **pin_fields(workflow),
     )

@@ -45,6 +45,7 @@ from events.runs import (
     RunFailed,
     RunForked,
     RunInterrupted,
+    RunMigrated,
     RunResumed,
     RunStarted,
     RunSuspended,
@@ -118,6 +119,7 @@ class _Builder:
         RunFailed: "_ended",
         RunCancelled: "_ended",
         RunForked: "_forked",
+        RunMigrated: "_migrated",
         NodeStarted: "_node_started",
         NodeCompleted: "_node_completed",
         NodeFailed: "_node_failed",
@@ -284,6 +286,15 @@ class _Builder:
         frame.notes.append(f"forked by {e.forked_by}, restoring {e.restore}")
         if e.reapply_answers:
             frame.notes.append("decisions after the checkpoint were given again")
+
+    def _migrated(self, position: int, e: RunMigrated) -> None:
+        title = f"Migrated from {e.workflow} version {e.from_version} to {e.to_version}"
+        frame = self._new(position, e, "run", title)
+        frame.status = "migrated"
+        frame.checkpoint_id = e.checkpoint_id or self._checkpoint_id()
+        frame.notes.append(
+            f"graph {e.from_fingerprint} -> {e.to_fingerprint}, shep {e.shep_version}"
+        )
 
     # nodes
 

@@ -47,6 +47,15 @@ class Approval:
         return f"Approved {short} ({where}){end}"
 
 
+def check_workflow(runtime: Runtime, item_id: str) -> None:
+    """Refuse (``WorkflowChangedError``) a decision on ``item_id`` its run could not go on
+    with: its workflow changed since it started and declares no migration
+    (``shep.runs.pin``). Called before a decision is recorded, so nothing is."""
+    from shep.runs.pin import check_decision
+
+    check_decision(runtime.store(), UUID(item_id))
+
+
 def record_approval(
     runtime: Runtime, item: dict[str, Any], *, actor: str, comment: str
 ) -> Approval:
@@ -59,6 +68,7 @@ def record_approval(
     from shep.runs.workers import spawn_shep
     from shep.supervisor.start import cosign_label, log_path
 
+    check_workflow(runtime, item["item_id"])
     store = runtime.store()
     item_id = UUID(item["item_id"])
     cosign = cosign_label(store, item_id)

@@ -112,13 +112,22 @@ def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
 
 
 def _resume(runtime: Runtime, run_hex: str) -> None:
-    from events.errors import InvalidTransitionError
+    from events.errors import InvalidTransitionError, WorkflowChangedError
+    from shep.runs.pin import check_resume
     from shep.runs.workers import start_in_background
 
-    with contextlib.suppress(InvalidTransitionError):
-        started = start_in_background(runtime, UUID(run_hex), resume=True, timeout=None)
-        runtime.resumed[run_hex] = started.pid
-        runtime.say(started.notice)
+    run_id = UUID(run_hex)
+    try:
+        check_resume(runtime.store(), run_id)  # as ``shep.runs.launch.launch`` does
+        started = start_in_background(runtime, run_id, resume=True, timeout=None)
+    except InvalidTransitionError:
+        return
+    except WorkflowChangedError as e:
+        # Decided, but its workflow changed: it waits, as it was, for one of the ways out.
+        runtime.say(f"shep: {e}")
+        return
+    runtime.resumed[run_hex] = started.pid
+    runtime.say(started.notice)
 
 
 def notice_enabled(conn: apsw.Connection) -> bool:

@@ -103,6 +103,7 @@ def create_workflow_run(runtime: Runtime, request: RunRequest, inputs: Mapping[s
     """Record the new run (pending, owned by this process until a worker takes it)."""
     from commands.create_run import create_run
     from shep.home.identity import current_actor, host_name, process_start
+    from shep.workflows.shape import pin_fields
 
     me = os.getpid()
     return create_run(
@@ -117,6 +118,7 @@ def create_workflow_run(runtime: Runtime, request: RunRequest, inputs: Mapping[s
         pid=me,
         host=host_name(),
         process_start=process_start(me),
+        **pin_fields(request.workflow),
     )
 
 
@@ -221,7 +223,16 @@ def launch(
     runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
 ) -> Background | Outcome:
     """Start (or resume) the run: in a detached worker, or in this process until it ends
-    or waits."""
+    or waits.
+
+    A resume goes on only under the graph the run is pinned to, or through the migration
+    its workflow declares (``shep.runs.pin``): else ``WorkflowChangedError``, nothing
+    recorded.
+    """
+    if resume:
+        from shep.runs.pin import check_resume
+
+        check_resume(runtime.store(), run_id)
     if background:
         return start_in_background(runtime, run_id, resume=resume, timeout=timeout)
     return execute_run(runtime, run_id, resume=resume, background=False, timeout=timeout)

@@ -44,6 +44,7 @@ from events.errors import (
     ShepError,
     StepFailedError,
     WorkerFencedError,
+    WorkflowChangedError,
 )
 from events.inbox import item_stream_id
 from events.runs import NodeStarted, RunStatus, RunSuspended
@@ -99,6 +100,11 @@ class Runner:
         self.asked: list[UUID] = []
         #: A fork's origin's decided items by (node, iteration), for --reapply-answers.
         self._origin_items: dict[tuple[Any, Any], Any] | None = None
+        #: Whose decisions ``_reapply`` gives again: a fork's origin (--reapply-answers),
+        #: or this run itself once a migration made a new checkpoint.
+        self._reapply_from: UUID | None = (
+            self.plan.origin_run_id if self.plan.reapply_answers else None
+        )
         #: Interrupt ids whose origin's decision was not reapplied, and why (recorded).
         self._not_reapplied: dict[str, str] = {}
         #: Set when an append was refused: the run is no longer ours to write.
@@ -151,12 +157,17 @@ class Runner:
         try:
             with _terminate_raises():
                 graph = self.plan.workflow.build(kit).compile(checkpointer=saver)
+                self._cross_over(saver)
                 with heartbeat:
                     waiting = self._drive(graph, saver)
                 # The heartbeat has stopped: the last transition is ours alone.
                 if waiting:
                     return self._suspend(waiting)
             return self._complete()
+        except WorkflowChangedError as e:
+            # The workflow changed after the launcher checked it: not this graph, ever.
+            self._interrupt(str(e))
+            raise
         except (InvalidTransitionError, WorkerFencedError):
             # Someone else ended the run (a cancel) or took it over (a resume while
             # this worker was stopped): it is no longer ours to record.
@@ -185,6 +196,23 @@ class Runner:
             self.progress.close()
             with contextlib.suppress(ShepError):
                 saver.close()
+
+    def _cross_over(self, saver: Any) -> None:
+        """Resume only under the graph the run is pinned to, or through the migration its
+        workflow declares (applied and recorded here); else ``WorkflowChangedError``."""
+        from shep.runs.pin import check_resume, migrate
+
+        crossing = check_resume(self.store, self.run_id)
+        if crossing is not None:
+            if migrate(self.store, saver, self.run_id, crossing) is not None:
+                # A new checkpoint gives its waiting questions and gates new interrupt
+                # ids: the decisions already given on them are given again, recorded.
+                self._reapply_from = self.run_id
+                self._origin_items = self._decided_items(self.run_id, crossing.migration.renamed)
+            self.progress.message(
+                f"migrated from {self.plan.workflow.name} version "
+                f"{crossing.pinned.workflow_version} to {crossing.now.workflow_version}"
+            )
 
     def _drive(self, graph: Any, saver: Any) -> list[Ask]:
         """Invoke the graph until it ends (``[]``) or stops at undecided interrupts."""
@@ -250,16 +278,11 @@ class Runner:
         """
         from commands.reapply_decision import check_reapply, reapply_decision
 
-        origin = self.plan.origin_run_id
-        if origin is None or not self.plan.reapply_answers:
+        origin = self._reapply_from
+        if origin is None:
             return
         if self._origin_items is None:
-            self._origin_items = {}
-            for suspended in self.store.load(origin, types=[RunSuspended]):
-                for item_id in getattr(suspended, "item_ids", ()):
-                    item = load_item(self.store, item_id)
-                    if item is not None and item.decision is not None:
-                        self._origin_items[(item.asked.node, item.asked.iteration)] = item
+            self._origin_items = self._decided_items(origin)
         for interrupt in interrupts:
             if load_item(self.store, item_stream_id(self.run_id, interrupt.id)) is not None:
                 continue
@@ -289,6 +312,20 @@ class Runner:
                 f"{key[0]}: reapplied the decision of run {origin.hex[:8]} "
                 f"({theirs.decision.actor if theirs.decision else ''})"
             )
+
+    def _decided_items(
+        self, run_id: UUID, renamed: Mapping[str, str] | None = None
+    ) -> dict[tuple[Any, Any], Any]:
+        """The decided inbox items of ``run_id`` by (node, iteration), a node under its
+        ``renamed`` name."""
+        found: dict[tuple[Any, Any], Any] = {}
+        for suspended in self.store.load(run_id, types=[RunSuspended]):
+            for item_id in getattr(suspended, "item_ids", ()):
+                item = load_item(self.store, item_id)
+                if item is not None and item.decision is not None:
+                    node = (renamed or {}).get(item.asked.node, item.asked.node)
+                    found[(node, item.asked.iteration)] = item
+        return found
 
     def _decided(self, interrupts: Sequence[Any]) -> dict[str, Any]:
         """Resume values for the interrupts whose inbox item has a decision in the log."""

@@ -102,10 +102,12 @@ async def _act(request: Request, back: str, act: Any) -> Response:
     return _reply(request, 200, message, back)
 
 
-def _decide(state: WebState, decide: Any) -> str:
-    """Record a decision in a runtime of its own, then let the run go on."""
+def _decide(state: WebState, item: str, decide: Any) -> str:
+    """Record a decision in a runtime of its own, then let the run go on. A decision its
+    run could not go on with (its workflow changed) is refused first, recording nothing."""
     runtime = state.new_runtime()
     try:
+        core.check_workflow(runtime, item)
         message = str(decide(runtime))
         core.resume_decided(runtime)
         return message
@@ -144,6 +146,7 @@ async def answer(request: Request) -> Response:
             raise _Refused(400, "Pick one option, or write an answer (one of them).")
         answered = _decide(
             state,
+            item,
             lambda runtime: core.answer(runtime, item, actor=actor, text=text, option=option),
         )
         return printable(f"Answered {item[:8]} as {actor}: {answered}")
@@ -158,7 +161,7 @@ async def reject(request: Request) -> Response:
     def act(fields: dict[str, str]) -> str:
         actor = core.user_actor(fields.get("as") or None)
         reason = fields.get("reason", "").strip()
-        _decide(state, lambda runtime: core.reject(runtime, item, actor=actor, reason=reason))
+        _decide(state, item, lambda runtime: core.reject(runtime, item, actor=actor, reason=reason))
         return printable(f"Rejected {item[:8]} as {actor}: its phase runs again with the reason.")
 
     return await _act(request, f"/items/{item}", act)

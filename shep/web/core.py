@@ -122,9 +122,7 @@ def count_pending(conn: apsw.Connection) -> int:
 
 def upkeep(runtime: Runtime) -> None:
     """Mark runs whose worker is gone as interrupted, as every command does first. Not the
-    inbox's part (deadlines, resuming decided runs): done every few seconds, it would take
-    the resume from under a person deciding with ``shep answer --wait``; it stays with the
-    commands, and with a decision made on the page (``resume_decided``)."""
+    inbox's part: done every few seconds, it would take a resume from ``shep answer --wait``."""
     from shep.runs.recovery import mark_orphans
 
     mark_orphans(runtime)
@@ -557,6 +555,13 @@ def reject(runtime: Runtime, item_id: str, *, actor: str, reason: str) -> None:
     reject_item(runtime.store(), UUID(item_id), actor=actor, reason=reason)
 
 
+def check_workflow(runtime: Runtime, item_id: str) -> None:
+    """Refuse a decision its run could not go on with (``shep.runs.decisions``)."""
+    from shep.runs.decisions import check_workflow as check
+
+    check(runtime, item_id)
+
+
 def resume_decided(runtime: Runtime) -> None:
     """Start a worker for every run whose decision nobody acted on yet (``check_inbox``)."""
     from shep.runs.inbox_watch import check_inbox
@@ -575,10 +580,8 @@ def approve(runtime: Runtime, item_id: str, *, actor: str, comment: str) -> Appr
 
 
 def go_on(runtime: Runtime, run_id: str, *, decided: bool) -> str | None:
-    """A detached worker for the run: once ``decided`` (its gate: ``resume_after_decision``,
-    which says why not through ``runtime.say``), else an interrupted or failed run
-    (``shep resume``, never forced). What the person is told of the worker, if one started.
-    """
+    """A detached worker for a ``decided`` run (``resume_after_decision``), else for an
+    interrupted or failed one (``shep resume``, never forced): what the person is told."""
     from shep.runs.decisions import resume_after_decision
     from shep.runs.launch import resume
 

@@ -274,12 +274,31 @@ def route_gate(gate: ApprovalGate, approved: str) -> Callable[[Mapping[str, Any]
 
 
 @dataclass(frozen=True)
+class Migration:
+    """How a run started under an older version of a workflow goes on under this one.
+
+    ``renamed``: an old node's new name. ``removed``: a node that is gone, and the
+    node a run about to enter it continues at instead. ``defaults``: state keys
+    this version added, with the value a run that lacks them gets. Applied to the
+    run's last checkpoint when it resumes (see ``shep.runs.pin``), and recorded.
+    """
+
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    removed: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Workflow:
     """A named, described graph of steps.
 
     ``phases`` are the nodes that count for progress (``N/M``: phases done of
     phases known), in order. ``build(kit)`` returns the uncompiled graph.
     ``linear(steps)`` builds the common case: the steps one after another.
+
+    ``version`` names this form of the graph: a run records it (and the graph's
+    fingerprint) when it starts, and goes on under a changed graph only through
+    the ``migrations`` declared from its version (keyed by that older version).
     """
 
     name: str
@@ -291,6 +310,8 @@ class Workflow:
     #: The phase each other node belongs to (a validator, a gate, a question of that phase);
     #: a node in neither belongs to the phase the run is in when it runs (see ``phase``).
     phase_of: Mapping[str, str] = field(default_factory=dict)
+    version: str = "1"
+    migrations: Mapping[str, Migration] = field(default_factory=dict)
 
     @property
     def node_names(self) -> list[str]:

@@ -1,4 +1,5 @@
 """A workflow's graph as its nodes and edges, for a face to draw: nothing of it runs.
+Its fingerprint is what a run is pinned to (``current_pin``, see ``shep.runs.pin``).
 
 The shape is read from the compiled LangGraph graph itself (``get_graph``), so
 what is drawn is what runs: conditional edges are the routers' declared
@@ -11,8 +12,9 @@ for a shape only when it draws one, and keeps it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
+from events.versions import SHEP_VERSION
 from shep.workflows.base import (
     AgentStep,
     ApprovalGate,
@@ -103,3 +105,63 @@ def workflow_shape(workflow: Workflow) -> GraphShape:
         for edge in drawn.edges
     )
     return GraphShape(tuple(nodes), edges)
+
+
+def graph_fingerprint(shape: GraphShape) -> str:
+    """A short digest of the graph's nodes, their kinds and its edges.
+
+    The same graph gives the same fingerprint in every process (sorted JSON,
+    SHA-256: no hash seed, no declaration order); titles and prompts do not
+    count, only what decides where a run goes next.
+    """
+    import hashlib
+    import json
+
+    nodes = sorted([node.name, node.kind] for node in shape.nodes)
+    edges = sorted([edge.source, edge.target, edge.conditional] for edge in shape.edges)
+    text = json.dumps({"nodes": nodes, "edges": edges}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The code a run is pinned to (None: not known, a run from before pins)."""
+
+    shep_version: str | None
+    workflow_version: str | None
+    fingerprint: str | None
+
+
+_SHAPES: dict[str, tuple[Workflow, GraphShape, str]] = {}
+
+
+def _shape(workflow: Workflow) -> tuple[GraphShape, str]:
+    """The workflow's graph and its fingerprint, computed once per process."""
+    known = _SHAPES.get(workflow.name)
+    if known is None or known[0] is not workflow:
+        shape = workflow_shape(workflow)
+        known = _SHAPES[workflow.name] = (workflow, shape, graph_fingerprint(shape))
+    return known[1], known[2]
+
+
+def current_pin(workflow: Workflow) -> Pin:
+    """What a run of ``workflow`` created now is pinned to (imports langgraph)."""
+    return Pin(SHEP_VERSION, workflow.version, _shape(workflow)[1])
+
+
+def workflow_shape_of(workflow: Workflow) -> GraphShape:
+    """``workflow_shape``, computed once per process."""
+    return _shape(workflow)[0]
+
+
+class PinFields(TypedDict):
+    """``create_run``'s and ``fork_run``'s pin arguments."""
+
+    workflow_version: str | None
+    graph_fingerprint: str | None
+
+
+def pin_fields(workflow: Workflow) -> PinFields:
+    """The pin arguments for a run of ``workflow`` made now."""
+    pin = current_pin(workflow)
+    return {"workflow_version": pin.workflow_version, "graph_fingerprint": pin.fingerprint}
