@@ -35,6 +35,7 @@ from events.errors import (
     WorkerStillRunningError,
 )
 from shep.web import core
+from shep.web import decide as writes
 from shep.web.app import WebState, render
 from shep.web.security import CSRF_FIELD, CSRF_HEADER, check_csrf
 
@@ -107,9 +108,9 @@ def _decide(state: WebState, item: str, decide: Any) -> str:
     run could not go on with (its workflow changed) is refused first, recording nothing."""
     runtime = state.new_runtime()
     try:
-        core.check_workflow(runtime, item)
+        writes.check_workflow(runtime, item)
         message = str(decide(runtime))
-        core.resume_decided(runtime)
+        writes.resume_decided(runtime)
         return message
     finally:
         runtime.close()
@@ -139,7 +140,7 @@ async def answer(request: Request) -> Response:
     item = _item_id(request)
 
     def act(fields: dict[str, str]) -> str:
-        actor = core.user_actor(fields.get("as") or None)
+        actor = writes.user_actor(fields.get("as") or None)
         option = fields.get("option") or None
         text = fields.get("text", "").strip() or None
         if (option is None) == (text is None):
@@ -147,7 +148,7 @@ async def answer(request: Request) -> Response:
         answered = _decide(
             state,
             item,
-            lambda runtime: core.answer(runtime, item, actor=actor, text=text, option=option),
+            lambda runtime: writes.answer(runtime, item, actor=actor, text=text, option=option),
         )
         return printable(f"Answered {item[:8]} as {actor}: {answered}")
 
@@ -159,19 +160,14 @@ async def reject(request: Request) -> Response:
     item = _item_id(request)
 
     def act(fields: dict[str, str]) -> str:
-        actor = core.user_actor(fields.get("as") or None)
+        actor = writes.user_actor(fields.get("as") or None)
         reason = fields.get("reason", "").strip()
-        _decide(state, item, lambda runtime: core.reject(runtime, item, actor=actor, reason=reason))
+        _decide(
+            state, item, lambda runtime: writes.reject(runtime, item, actor=actor, reason=reason)
+        )
         return printable(f"Rejected {item[:8]} as {actor}: its phase runs again with the reason.")
 
     return await _act(request, f"/items/{item}", act)
-
-
-def _later(command: str) -> Any:
-    def act(fields: dict[str, str]) -> str:
-        raise _Refused(501, f"Not from the page yet: run `{command}`.")
-
-    return act
 
 
 async def approve(request: Request) -> Response:
@@ -179,14 +175,14 @@ async def approve(request: Request) -> Response:
     item = _item_id(request)
 
     def act(fields: dict[str, str]) -> str:
-        actor = core.user_actor(fields.get("as") or None)
+        actor = writes.user_actor(fields.get("as") or None)
         comment = fields.get("comment", "").strip()
 
         def decide(runtime: Any) -> str:
-            approval = core.approve(runtime, item, actor=actor, comment=comment)
+            approval = writes.approve(runtime, item, actor=actor, comment=comment)
             if not approval.decided:
                 return approval.line  # a vote: the supervisor's signature opens the gate
-            notice = core.go_on(runtime, approval.run_id, decided=True)
+            notice = writes.go_on(runtime, approval.run_id, decided=True)
             return " ".join(filter(None, [approval.line, notice]))
 
         return _in_runtime(state, decide)
@@ -218,7 +214,7 @@ async def _run_action(request: Request, act: Any) -> Response:
 
 
 def _cancel(runtime: Any, run_id: str) -> str:
-    cancelled = core.cancel(runtime, run_id)
+    cancelled = writes.cancel(runtime, run_id)
     lines = [*cancelled.stopped, f"Cancelled run {run_id[:8]}."]
     if cancelled.remote_host:
         lines.append(
@@ -229,7 +225,7 @@ def _cancel(runtime: Any, run_id: str) -> str:
 
 
 def _resume(runtime: Any, run_id: str) -> str:
-    notice = core.go_on(runtime, run_id, decided=False)
+    notice = writes.go_on(runtime, run_id, decided=False)
     return " ".join(filter(None, [f"Resumed run {run_id[:8]}.", notice]))
 
 
@@ -241,12 +237,38 @@ async def resume(request: Request) -> Response:
     return await _run_action(request, _resume)
 
 
+def _fork(fields: dict[str, str]) -> Any:
+    checkpoint = fields.get("checkpoint", "").strip()
+    if not checkpoint:
+        raise _Refused(400, "Fork from which checkpoint? Give its id (the Replay shows each).")
+    restore = fields.get("restore") or None
+    if restore not in (None, "both", "state", "worktree"):
+        raise _Refused(400, f"Restore {restore!r}? Use both, state or worktree.")
+    reapply = fields.get("reapply") == "on"
+
+    def act(runtime: Any, run_id: str) -> str:
+        forked, notice = writes.fork(runtime, run_id, checkpoint, restore=restore, reapply=reapply)
+        if forked.existed:
+            return f"Fork {forked.run_id.hex[:8]} of run {run_id[:8]} already exists."
+        return " ".join(filter(None, [forked.line + ".", notice]))
+
+    return act
+
+
 async def fork(request: Request) -> Response:
+    state: WebState = request.app.state.web
     try:
-        run = _run_ref(request)
+        ref = _run_ref(request)
     except _Refused as e:
         return _reply(request, e.status, str(e), "/")
-    return await _act(request, f"/runs/{run}", _later(f"shep fork {run[:8]} --at CHECKPOINT"))
+    return await _act(
+        request,
+        f"/runs/{ref}",
+        lambda fields: _in_runtime(
+            state,
+            lambda runtime: _fork(fields)(runtime, core.resolve_run(runtime.read_db(), ref)),
+        ),
+    )
 
 
 async def _item_action(request: Request, handler: Any) -> Response:

@@ -1,4 +1,4 @@
-"""The page's approve, cancel and resume, through a real `shep ui` process over HTTP: each
+"""The page's approve, cancel, resume and fork, through a real `shep ui` process over HTTP: each
 is the core's own (``shep.runs``), as from the CLI, with real workers and a real store;
 each is refused without the token, from another Origin, without the CSRF token, and by a
 read-only server, deciding nothing."""
@@ -91,6 +91,7 @@ def test_approve_cancel_and_resume_are_refused_without_token_origin_or_csrf(
         (f"/items/{ids['gate']}/approve", {"comment": "ok"}),
         (f"/runs/{ids['run']}/cancel", {}),
         (f"/runs/{ids['run']}/resume", {}),
+        (f"/runs/{ids['run']}/fork", {"checkpoint": "0"}),
     ):
         good = urlencode({**form, "csrf": csrf})
         mine = {"Origin": server.base}
@@ -119,8 +120,9 @@ def test_a_read_only_server_refuses_approve_cancel_and_resume(
             f"/items/{ids['gate']}/approve",
             f"/runs/{ids['run']}/cancel",
             f"/runs/{ids['run']}/resume",
+            f"/runs/{ids['run']}/fork",
         ):
-            reply = _post(server, path)
+            reply = _post(server, path, {"checkpoint": "0"})
             assert reply.status == 403, path
             assert "read-only" in reply.body
     finally:
@@ -296,3 +298,70 @@ def test_resume_on_the_page_finishes_an_interrupted_run_and_refuses_a_completed_
     starts = [c["node"] for c in agent_calls(agent_log) if c["phase"] == "start"]
     assert starts.count("scan") == 1, "a completed node ran again"
     assert starts.count("dependencies") == 2, "the node in flight is re-run"
+
+
+def test_a_fork_without_a_checkpoint_it_can_find_is_a_one_line_400(
+    server: UiServer, waiting_gate: dict[str, str], shep_home: Path
+) -> None:
+    """No checkpoint given, an unknown one, or a restore that is none of the three: one line,
+    and no fork is recorded."""
+    run = waiting_gate["run"]
+    none = _post(server, f"/runs/{run}/fork", {"checkpoint": " "})
+    assert none.status == 400
+    assert _message(none) == "Fork from which checkpoint? Give its id (the Replay shows each)."
+    unknown = _post(server, f"/runs/{run}/fork", {"checkpoint": "nosuch"})
+    assert unknown.status == 400
+    assert _message(unknown).startswith(f"Run {run[:8]} has no checkpoint 'nosuch'")
+    odd = _post(server, f"/runs/{run}/fork", {"checkpoint": "x", "restore": "all"})
+    assert odd.status == 400
+    assert _message(odd) == "Restore 'all'? Use both, state or worktree."
+    with EventStore(shep_home / "shep.db") as store:
+        assert not [e for e in store.load(UUID(run)) if type(e).__name__ == "RunForked"]
+
+
+@pytest.mark.slow
+def test_fork_on_the_page_starts_a_run_from_the_checkpoint_that_completes(
+    repo: Path, fake_claude: Path, agent_log: Path, shep_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completed run forked on the page at its first node's checkpoint: the fork records
+    its origin and checkpoint, runs in a detached worker, re-runs only the steps after the
+    checkpoint, and completes; the origin records the fork."""
+    from events.checkpoints import CheckpointSaved
+    from events.runs import RunCreated, RunForked
+
+    monkeypatch.setenv("FAKE_DELAY", "0.05")
+    run_id = start_background(repo)
+    wait_for(lambda: run_row(run_id)["status"] == "completed", what="the origin to complete")
+    with EventStore(shep_home / "shep.db") as store:
+        saved = [e for e in store.load(UUID(run_id)) if isinstance(e, CheckpointSaved)]
+    after_scan = next(e for e in saved if e.checkpoint_ns == "" and e.step == 1)
+    calls_before = len(agent_calls(agent_log))
+    server = UiServer.start()
+    try:
+        reply = _post(
+            server, f"/runs/{run_id[:8]}/fork", {"checkpoint": after_scan.checkpoint_id[:24]}
+        )
+        assert reply.status == 200, reply.body
+        message = _message(reply)
+        found = re.match(r"Fork ([0-9a-f]{8}) of run ([0-9a-f]{8}) at checkpoint (\S+) ", message)
+        assert found is not None, message
+        assert found[2] == run_id[:8]
+        assert found[3] == after_scan.checkpoint_id
+        assert "Started worker " in message
+        fork = found[1]
+        wait_for(lambda: run_row(fork)["status"] == "completed", what="the fork to complete")
+    finally:
+        server.stop()
+    fork_id = str(run_row(fork)["run_id"])
+    with EventStore(shep_home / "shep.db") as store:
+        created = store.load(UUID(fork_id), types=[RunCreated])[0]
+        forked = [e for e in store.load(UUID(run_id)) if isinstance(e, RunForked)]
+    assert isinstance(created, RunCreated)
+    assert (created.origin_run_id, created.origin_checkpoint_id) == (
+        UUID(run_id),
+        after_scan.checkpoint_id,
+    )
+    assert [f.fork_run_id for f in forked] == [UUID(fork_id)]
+    again = [c["node"] for c in agent_calls(agent_log)[calls_before:] if c["phase"] == "start"]
+    assert "scan" not in again, "the fork re-ran a step before its checkpoint"
+    assert again, "the fork ran no step after its checkpoint"
