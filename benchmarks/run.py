@@ -439,7 +439,7 @@ class _GatedRuns:
     def wait_worker_gone(self, run_id: UUID) -> None:
         """Wait until the run's latest worker process has exited."""
         from events.runs import RunResumed, RunStarted
-        from shep.runs.recovery import pid_alive
+        from shep.home.procs import pid_alive
 
         pids = [e.pid for e in self.store.load(run_id) if isinstance(e, RunStarted | RunResumed)]
         deadline = time.perf_counter() + 30

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -49,11 +50,16 @@ _copies: dict[str, str] = {}
 _connections: dict[str, Any] = {}
 #: URLs found unreachable by this process: not tried again until ``forget_offline``.
 _offline: set[str] = set()
+#: Who is told, per URL, that its server is away (a face's ``say``).
+_notices: dict[str, Callable[[str], None]] = {}
 
 
-def register(path: str, url: str) -> None:
-    """Make ``catch_up`` of the database at ``path`` pull from ``url`` first."""
+def register(path: str, url: str, on_offline: Callable[[str], None] | None = None) -> None:
+    """Make ``catch_up`` of the database at ``path`` pull from ``url`` first; ``on_offline``
+    is told in one line when the server cannot be reached."""
     _copies[os.path.abspath(path)] = url
+    if on_offline is not None:
+        _notices[url] = on_offline
 
 
 def url_of(conn: apsw.Connection) -> str | None:
@@ -224,9 +230,9 @@ def _ago(seconds: float) -> str:
 def pull_registered(conn: apsw.Connection) -> bool:
     """``pull`` if ``conn`` is a registered copy; False when its server can't be reached.
 
-    The first time a process finds the server away it says so in one line on
-    stderr, with how old the copy it reads instead is; later calls read the
-    copy as it is without trying again (``forget_offline`` to try again).
+    The first time a process finds the server away it says so in one line (to the
+    ``on_offline`` registered with it), with how old the copy it reads instead is;
+    later calls read the copy as it is without trying again (``forget_offline``).
     """
     url = url_of(conn)
     if url is None:
@@ -236,12 +242,9 @@ def pull_registered(conn: apsw.Connection) -> bool:
     try:
         pull(conn, url)
     except StoreUnavailableError as e:
-        import sys
-
-        print(
-            f"shep: {e} Showing this machine's copy of the log ({describe_staleness(conn)}).",
-            file=sys.stderr,
-        )
+        say = _notices.get(url)
+        if say is not None:
+            say(f"shep: {e} Showing this machine's copy of the log ({describe_staleness(conn)}).")
         return False
     return True
 

@@ -266,7 +266,7 @@ def leftovers(home: Path, known_worktrees: set[str]) -> list[Leftover]:
     every feature's worktree.
     """
     from shep.features.start import MAKING_SUFFIX, worktrees_root
-    from shep.runs.recovery import worker_alive
+    from shep.home.procs import worker_alive
 
     found: list[Leftover] = []
     for note in sorted(worktrees_root(home).glob(f"*/.*{MAKING_SUFFIX}")):

@@ -1,9 +1,17 @@
-"""What the system says about processes: the one module that reads ``/proc``.
-
-(Issue 19's layout: other readers of processes move here as the reshape goes on.)
+"""This home's processes: whether one still lives (and is the one recorded), starting a
+detached shep, and which process holds a lock. The module that reads ``/proc`` (issue
+19's layout: the remaining readers move here as the reshape goes on).
 """
 
 from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from shep.home.identity import process_start
 
 
 def lock_holders(inode: int, kind: str) -> list[int]:
@@ -27,3 +35,54 @@ def lock_holders(inode: int, kind: str) -> list[int]:
         ):
             pids.append(int(fields[4]))
     return sorted(set(pids))
+
+
+def worker_alive(pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` still exists here and is the one that started at ``started``.
+
+    Without a recorded start time (or off Linux) the pid alone decides.
+    """
+    if not pid_alive(pid):
+        return False
+    if started is None:
+        return True
+    now = process_start(pid)
+    return now is None or now == started
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (zombies count as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError as e:
+        return e.errno == errno.EPERM
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The state letter follows the parenthesised command name.
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def spawn_shep(home: Path, args: list[str], log: Path) -> int:
+    """Start ``shep ARGS`` detached (its own session, in ``home``, output to ``log``)."""
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # -P: never put the working directory (or a script's) first on sys.path. A flag, not
+    # PYTHONSAFEPATH: every child would inherit that, and `python -m pytest` in the
+    # user's project would no longer import the project.
+    argv = [sys.executable, "-P", "-m", "shep", *args]
+    with open(log, "ab", buffering=0) as out:
+        os.chmod(log, 0o600)
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+            cwd=home,
+            env={**os.environ, "SHEP_HOME": str(home)},
+        )
+    return process.pid

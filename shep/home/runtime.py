@@ -70,7 +70,7 @@ class Runtime:
             self.db_file = os.path.join(self.home_dir, SHARED_COPY)
             from projections.mirror import register
 
-            register(self.db_file, store_url)
+            register(self.db_file, store_url, on_offline=self.say)
         self.debug = debug
         self._read: apsw.Connection | None = None
         self._store: EventStore | None = None

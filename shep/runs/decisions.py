@@ -65,7 +65,7 @@ def record_approval(
     vote: the gate stays open and the supervisor is started to sign (or not).
     """
     from commands.approve_item import approve_item
-    from shep.runs.workers import spawn_shep
+    from shep.home.procs import spawn_shep
     from shep.supervisor.start import cosign_label, log_path
 
     check_workflow(runtime, item["item_id"])

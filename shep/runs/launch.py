@@ -343,6 +343,7 @@ def after_suspend(runtime: Runtime, run_id: UUID, asked: list[UUID]) -> None:
     check_inbox(runtime, notice=False)
     if runtime.shared and run_id.hex not in runtime.resumed:
         # A decision may come from another machine: wait for it here, where the run goes on.
-        from shep.runs.workers import log_path, spawn_shep
+        from shep.home.procs import spawn_shep
+        from shep.runs.workers import log_path
 
         spawn_shep(runtime.home, ["_await", run_id.hex], log_path(runtime.home, run_id))

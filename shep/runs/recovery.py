@@ -21,7 +21,6 @@ run was resumed meanwhile, nothing is recorded.
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,7 +31,7 @@ import msgspec
 
 from events.runs import RunStatus
 from events.setting_values import SECONDS_SETTINGS
-from shep.home.identity import process_start
+from shep.home.procs import worker_alive
 
 if TYPE_CHECKING:
     from shep.home.runtime import Runtime
@@ -76,35 +75,6 @@ def _owner(conn: apsw.Connection, run_id: str) -> _Owner:
         count = conn.execute(_OWNERS_SO_FAR, (run_id, *_OWNER_TOPICS[:2])).fetchone()
         owner.epoch = int(count[0]) if count else 0
     return owner
-
-
-def worker_alive(pid: int, started: str | None) -> bool:
-    """Whether process ``pid`` still exists here and is the one that started at ``started``.
-
-    Without a recorded start time (or off Linux) the pid alone decides.
-    """
-    if not pid_alive(pid):
-        return False
-    if started is None:
-        return True
-    now = process_start(pid)
-    return now is None or now == started
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this host (zombies count as gone)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError as e:
-        return e.errno == errno.EPERM
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            # The state letter follows the parenthesised command name.
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def find_orphans(

@@ -18,8 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,7 @@ from events.errors import WorkerNotAssignedError
 from events.runs import RunStatus
 from events.store import EventStore
 from shep.home.identity import process_start
-from shep.runs.recovery import worker_alive
+from shep.home.procs import spawn_shep, worker_alive
 
 if TYPE_CHECKING:
     from shep.home.runtime import Runtime
@@ -119,28 +117,6 @@ def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | Non
     if timeout is not None:
         args += ["--timeout", str(timeout)]
     return spawn_shep(home, args, log_path(home, run_id))
-
-
-def spawn_shep(home: Path, args: list[str], log: Path) -> int:
-    """Start ``shep ARGS`` detached (its own session, in ``home``, output to ``log``)."""
-    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # -P: never put the working directory (or a script's) first on sys.path. A flag, not
-    # PYTHONSAFEPATH: every child would inherit that, and `python -m pytest` in the
-    # user's project would no longer import the project.
-    argv = [sys.executable, "-P", "-m", "shep", *args]
-    with open(log, "ab", buffering=0) as out:
-        os.chmod(log, 0o600)
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            close_fds=True,
-            cwd=home,
-            env={**os.environ, "SHEP_HOME": str(home)},
-        )
-    return process.pid
 
 
 def agent_process_groups(run_id: UUID) -> set[int]:

@@ -67,7 +67,7 @@ def stop_stray_evaluators() -> list[int]:
     An evaluator has nothing to save (no tools, an empty directory), and its
     answer has no one to read it: the item is evaluated again.
     """
-    from shep.runs.recovery import worker_alive
+    from shep.home.procs import worker_alive
 
     needle = f"{OWNER_ENV}=".encode()
     stopped: list[int] = []

@@ -47,8 +47,8 @@ def cosign_label(store: EventStore, item_id: UUID) -> str | None:
 def start_if_covered(store: EventStore, home: Path, item_ids: list[UUID]) -> int | None:
     """Start ``shep supervisor run`` detached if the flag is on and a policy covers an item;
     its pid, or None."""
+    from shep.home.procs import spawn_shep
     from shep.home.settings import load_settings
-    from shep.runs.workers import spawn_shep
 
     if not item_ids or not load_settings(store).flags["collaboration"]:
         return None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.runtime.conftest import agent_calls, agent_log, fake_claude, repo
 from tests.runtime.test_background_recovery import run_row, start_background, wait_for
 

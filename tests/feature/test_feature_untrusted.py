@@ -30,7 +30,7 @@ from events.features import (
     WorktreeRemoved,
 )
 from events.runs import RunCompleted, RunCreated, RunFailed, RunStarted
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.e2e.cli import shep
 from tests.feature.conftest import FeatureAgent, git
 from tests.feature.test_feature_workflow import (

@@ -41,7 +41,7 @@ from events.runs import (
     RunFailed,
     RunStarted,
 )
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.e2e.cli import shep
 from tests.feature.conftest import FeatureAgent, git, make_repo
 from tests.gates.event_log import (

@@ -38,7 +38,7 @@ from events.runs import (
     RunResumed,
     RunSuspended,
 )
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.e2e.cli import shep
 from tests.gates.event_log import (
     assert_rebuild_equals_incremental,

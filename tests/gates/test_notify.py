@@ -31,9 +31,9 @@ from events.inbox import (
 from events.store import EventStore
 from shep.home.identity import host_name
 from shep.home.notify import notify_new_items
+from shep.home.procs import pid_alive
 from shep.home.secrets import save_token
 from shep.home.settings import load_settings
-from shep.runs.recovery import pid_alive
 from tests.e2e.cli import shep
 
 TOKEN = "sk-test-NOTIFY-0123456789-never-leak"

@@ -28,7 +28,7 @@ from events.runs import NodeCompleted
 from events.setting_values import SETTINGS
 from events.store import EventStore
 from shep.features.start import plan_feature
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.fakellm import FakeLLM
 from tests.integration.clis import TOKEN, CliSetup
 from tests.integration.test_run_real import Shep

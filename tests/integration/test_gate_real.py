@@ -23,7 +23,7 @@ import pytest
 
 from events.inbox import ApprovalGranted, ApprovalRequested
 from events.store import EventStore
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.fakellm import FakeLLM, RecordedRequest
 from tests.integration.clis import TOKEN, CliSetup
 from tests.integration.test_run_real import EMBEDDED, Shep

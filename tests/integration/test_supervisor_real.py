@@ -36,7 +36,7 @@ from commands.supervise import SUPERVISOR
 from events.inbox import ApprovalGranted, ApprovalRequested
 from events.store import EventStore
 from events.supervisor import SupervisorDecisionMade, supervisor_stream_id
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from shep.supervisor.prompt import PROMPT_VERSION, input_hash
 from shep.workflows.base import (
     AgentStep,

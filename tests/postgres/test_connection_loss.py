@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from events.postgres_verify import verify_pg_chain
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.e2e.cli import shep
 from tests.postgres_server import PostgresServer
 from tests.runtime.conftest import agent_calls, agent_log, fake_claude, repo

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.e2e.cli import shep
 from tests.gates.conftest import agent_log, fake_claude, repo, test_workflows
 from tests.runtime.conftest import agent_calls

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 
 FAKE = Path(__file__).with_name("fake_claude.py")
 

@@ -61,7 +61,8 @@ from events.store import EventStore
 from projections.catch_up import catch_up
 from projections.database import open_database
 from projections.tables import PROJECTION_TABLES
-from shep.runs.recovery import find_orphans, orphan_after, worker_alive
+from shep.home.procs import worker_alive
+from shep.runs.recovery import find_orphans, orphan_after
 from tests.runtime.chaos import FAKE, Chaos
 
 #: orphan_after's lower bound (events.setting_values): a stopped worker's heartbeat

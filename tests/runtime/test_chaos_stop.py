@@ -33,7 +33,7 @@ from events.runs import (
     RunResumed,
     RunStarted,
 )
-from shep.runs.recovery import worker_alive
+from shep.home.procs import worker_alive
 from shep.workflows import get_workflow
 from tests.runtime.chaos_stop import StopChaos, StopReport, fencing_problems, log_problems
 

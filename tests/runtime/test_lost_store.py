@@ -18,7 +18,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.runtime.conftest import agent_calls
 from tests.runtime.test_background_recovery import run_row, start_background, wait_for
 

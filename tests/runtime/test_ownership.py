@@ -26,7 +26,8 @@ from events.runs import HeartbeatRecorded, NodeCompleted, RunResumed, RunStarted
 from events.store import EventStore
 from projections.database import open_database
 from shep.home.identity import host_name, process_start
-from shep.runs.recovery import find_orphans, pid_alive
+from shep.home.procs import pid_alive
+from shep.runs.recovery import find_orphans
 from tests.e2e.cli import shep
 from tests.runtime.conftest import agent_calls
 from tests.runtime.test_background_recovery import run_row, start_background, wait_for

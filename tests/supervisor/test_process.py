@@ -36,7 +36,7 @@ from events.inbox import (
 from events.runs import RunResumed, RunStarted
 from events.store import EventStore
 from events.supervisor import SupervisorDecisionMade, SupervisorDecisionRefused
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from shep.supervisor.prompt import PROMPT_VERSION
 from tests.e2e.cli import shep
 from tests.gates.event_log import (

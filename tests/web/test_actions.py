@@ -21,7 +21,7 @@ from commands.mark_interrupted import mark_interrupted
 from events.inbox import ApprovalGranted, ApprovalVoted
 from events.store import EventStore
 from shep.home.identity import user_actor
-from shep.runs.recovery import pid_alive
+from shep.home.procs import pid_alive
 from tests.e2e.cli import shep
 from tests.gates.store_items import ask_on_new_run, gate, question
 from tests.runtime.conftest import agent_calls, agent_log, fake_claude, repo
