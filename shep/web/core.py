@@ -1,8 +1,9 @@
-"""Everything the web face takes from shep's core, in one module.
+"""Everything the web face reads from shep's core, in one module (what it writes is in
+``shep.web.decide``).
 
-The pages, the feed and the actions call these functions and no other module of
-``shep``, ``projections``, ``commands`` or ``events`` (but ``events.display``):
-the one place to re-point when the core moves. Reads are the read side's own
+The pages and the feed call these functions and no other module of ``shep``,
+``projections``, ``commands`` or ``events`` (but ``events.display``): the one
+place to re-point when the core moves. Reads are the read side's own
 queries; nothing is copied out of ``shep/cli/`` (see ``docs/ui.md``, "Phase 2").
 
 Each page reads in its thread's read-only connection (``open_reading``), in one

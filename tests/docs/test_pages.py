@@ -92,6 +92,21 @@ def test_an_all_digit_short_id_is_recognised_through_the_store() -> None:
     assert out.endswith("of 87654321 files")
 
 
+def test_an_all_digit_whole_id_the_store_holds_is_replaced_and_numbered() -> None:
+    """A whole value with no hex letter (a worktree's 12-digit name: about one in 280) is
+    replaced when the store holds it, and the ids after it get the stand-ins they get when
+    it has letters: the page does not change with the luck of the draw. A number the store
+    does not hold is left as it is."""
+    item = "cb640281" + "0" * 24
+    lettered = stand_in(
+        [f"worktree /w/1e88711bcf58/x\nitem {item[:8]}"], {"1e88711bcf58", item}, "p"
+    )
+    digits = stand_in([f"worktree /w/879877271485/x\nitem {item[:8]}"], {"879877271485", item}, "p")
+    assert lettered == digits
+    assert "879877271485" not in digits[0]
+    assert stand_in(["port 879877271485"], set(), "p") == ["port 879877271485"]
+
+
 def test_masks_leave_out_what_varies_and_nothing_else() -> None:
     """Times, ages, durations, byte offsets and column widths are masked; words and counts
     are compared."""

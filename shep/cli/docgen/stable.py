@@ -97,6 +97,9 @@ class _HexStandIns:
         self.roots = sorted(
             {k for k in known if has_letter(k)} | {t for t in tokens if has_letter(t)}
         )
+        #: Whole values the stores hold: one with no hex letter (a worktree's 12-digit
+        #: name, one in 280) is still an id, not a number.
+        self.known = frozenset(known)
         self.ordinal: dict[str, int] = {}
         self._root_of: dict[str, str | None] = {}
 
@@ -115,7 +118,7 @@ class _HexStandIns:
                     longer, key=lambda r: (self.first_full.get(r, self.unseen), len(r), r)
                 )
             else:
-                self._root_of[token] = token if has_letter(token) else None
+                self._root_of[token] = token if has_letter(token) or token in self.known else None
         return self._root_of[token]
 
     def replace(self, match: re.Match[str]) -> str:
