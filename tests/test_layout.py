@@ -233,8 +233,6 @@ KNOWN: dict[str, set[str]] = {
         "shep.home.identity /proc/sys/kernel/random/boot_id",
         "shep.runs.runner /proc",
         "shep.runs.runner /proc/",
-        "shep.supervisor.agent /proc",
-        "shep.runs.workers /proc",
     },
 }
 

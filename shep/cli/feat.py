@@ -84,7 +84,7 @@ def new(
     --background), and says what to do next.
     """
     from shep.agents.registry import require_installed
-    from shep.cli.run import launch, render
+    from shep.cli.run import render
     from shep.features.start import (
         create_feature_run,
         discard_worktree,
@@ -95,6 +95,7 @@ def new(
     from shep.home.identity import current_actor, host_name, process_start
     from shep.home.secrets import require_token
     from shep.home.settings import load_settings
+    from shep.runs.launch import launch
 
     store = runtime.store()
     settings = load_settings(store)

@@ -60,8 +60,9 @@ def fork(
     files of the snapshot taken at that checkpoint.
     """
     from projections.queries import resolve_run_id
-    from shep.cli.run import launch, render
+    from shep.cli.run import render
     from shep.replay.fork import fork_run_at
+    from shep.runs.launch import launch
 
     origin = UUID(resolve_run_id(runtime.read_db(), run_ref))
     forked = fork_run_at(

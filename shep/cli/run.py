@@ -82,7 +82,7 @@ def run(
     resume: bool | None,
 ) -> None:
     """Run workflow NAME on a repository with the configured agent."""
-    from shep.runs.launch import create_workflow_run, request_run
+    from shep.runs.launch import create_workflow_run, launch, request_run
     from shep.runs.launch import resume as resume_run
 
     request = request_run(runtime, name, repo, model=model)
@@ -223,15 +223,6 @@ def ask_resume(run_id: str, *, input: Any = None, output: Any = None) -> bool:
         ),
     )
     return answer.strip().lower() in ("", "y", "yes")
-
-
-def launch(
-    runtime: Runtime, run_id: UUID, *, resume: bool, background: bool, timeout: float | None
-) -> Background | Outcome:
-    """``shep.runs.launch.launch``, imported when called (it imports the run's machinery)."""
-    from shep.runs.launch import launch as launch_run
-
-    return launch_run(runtime, run_id, resume=resume, background=background, timeout=timeout)
 
 
 def render(launched: Background | Outcome | None, *, quiet: bool = False) -> None:

@@ -9,6 +9,7 @@ import errno
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from shep.home.identity import process_start
@@ -86,3 +87,24 @@ def spawn_shep(home: Path, args: list[str], log: Path) -> int:
             env={**os.environ, "SHEP_HOME": str(home)},
         )
     return process.pid
+
+
+def processes_with(variable: str) -> Iterator[tuple[int, str]]:
+    """(pid, value) of every process of this user whose environment sets ``variable``
+    (Linux: none where there is no ``/proc``). How shep finds the agents a run started
+    and the evaluators a supervisor started, even after the process that started them died.
+    """
+    needle = f"{variable}=".encode()
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or another user's
+        found = next((v for v in environ.split(b"\0") if v.startswith(needle)), None)
+        if found is not None:
+            yield int(entry.name), found[len(needle) :].decode(errors="replace")

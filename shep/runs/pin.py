@@ -3,7 +3,8 @@
 A run records, when it is created, shep's version, its workflow's ``version``
 and the fingerprint of its graph (``RunCreated``). Whatever makes the graph go
 on again (``shep resume``, a decision's worker, the inbox watcher, the
-supervisor: all through ``shep.cli.run.launch``) asks ``check_resume`` first:
+supervisor: ``shep.runs.launch.launch``, or the inbox watch itself) asks ``check_resume``
+first:
 
 - the same graph, or a run from before pins (``unknown``): it goes on as ever;
 - a changed graph whose workflow declares a ``Migration`` from the run's

@@ -29,7 +29,7 @@ from events.errors import WorkerNotAssignedError
 from events.runs import RunStatus
 from events.store import EventStore
 from shep.home.identity import process_start
-from shep.home.procs import spawn_shep, worker_alive
+from shep.home.procs import processes_with, spawn_shep, worker_alive
 
 if TYPE_CHECKING:
     from shep.home.runtime import Runtime
@@ -121,21 +121,11 @@ def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | Non
 
 def agent_process_groups(run_id: UUID) -> set[int]:
     """Process groups of agent CLIs started for this run (found by ``SHEP_RUN_ID``; Linux)."""
-    needle = f"SHEP_RUN_ID={run_id.hex}".encode()
     groups: set[int] = set()
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return groups
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
+    for pid, value in processes_with("SHEP_RUN_ID"):
+        if value == run_id.hex:
             with contextlib.suppress(OSError):
-                groups.add(os.getpgid(int(entry.name)))
+                groups.add(os.getpgid(pid))
     groups.discard(os.getpgid(0))
     return groups
 

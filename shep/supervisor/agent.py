@@ -67,31 +67,18 @@ def stop_stray_evaluators() -> list[int]:
     An evaluator has nothing to save (no tools, an empty directory), and its
     answer has no one to read it: the item is evaluated again.
     """
-    from shep.home.procs import worker_alive
+    from shep.home.procs import processes_with, worker_alive
 
-    needle = f"{OWNER_ENV}=".encode()
     stopped: list[int] = []
     groups = {os.getpgid(0)}  # never this process's own
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return stopped
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        owner = next((v for v in environ.split(b"\0") if v.startswith(needle)), None)
-        if owner is None:
-            continue
-        pid_text, _, started = owner[len(needle) :].decode(errors="replace").partition("/")
+    for pid, owner in processes_with(OWNER_ENV):
+        pid_text, _, started = owner.partition("/")
         if not pid_text.isdigit() or worker_alive(int(pid_text), started or None):
             continue
         with contextlib.suppress(OSError):
-            group = os.getpgid(int(entry.name))
+            group = os.getpgid(pid)
             if group not in groups:
                 groups.add(group)
                 os.killpg(group, signal.SIGKILL)
-                stopped.append(int(entry.name))
+                stopped.append(pid)
     return stopped
