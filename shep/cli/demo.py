@@ -145,7 +145,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         pid=os.getpid(),
         host=host_name(),
         process_start=process_start(os.getpid()),
-        **pin_fields(workflow),
+        **pin_fields(workflow, runtime.home),
     )
     click.echo(
         f"shep demo: analyzing a sample repository with the DEMO agent "

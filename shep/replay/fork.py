@@ -102,7 +102,7 @@ def fork_run_at(
             host=host_name(),
             process_start=process_start(me),
             node_names=workflow.node_names,
-            **pin_fields(workflow),
+            **pin_fields(workflow, runtime.home),
         )
     except BaseException:
         _discard(made)

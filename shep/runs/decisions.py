@@ -53,7 +53,7 @@ def check_workflow(runtime: Runtime, item_id: str) -> None:
     (``shep.runs.pin``). Called before a decision is recorded, so nothing is."""
     from shep.runs.pin import check_decision
 
-    check_decision(runtime.store(), UUID(item_id))
+    check_decision(runtime.store(), UUID(item_id), runtime.home)
 
 
 def record_approval(

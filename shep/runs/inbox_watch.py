@@ -118,7 +118,7 @@ def _resume(runtime: Runtime, run_hex: str) -> None:
 
     run_id = UUID(run_hex)
     try:
-        check_resume(runtime.store(), run_id)  # as ``shep.runs.launch.launch`` does
+        check_resume(runtime.store(), run_id, runtime.home)  # as ``shep.runs.launch.launch`` does
         started = start_in_background(runtime, run_id, resume=True, timeout=None)
     except InvalidTransitionError:
         return

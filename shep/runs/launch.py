@@ -118,7 +118,7 @@ def create_workflow_run(runtime: Runtime, request: RunRequest, inputs: Mapping[s
         pid=me,
         host=host_name(),
         process_start=process_start(me),
-        **pin_fields(request.workflow),
+        **pin_fields(request.workflow, runtime.home),
     )
 
 
@@ -232,7 +232,7 @@ def launch(
     if resume:
         from shep.runs.pin import check_resume
 
-        check_resume(runtime.store(), run_id)
+        check_resume(runtime.store(), run_id, runtime.home)
     if background:
         return start_in_background(runtime, run_id, resume=resume, timeout=timeout)
     return execute_run(runtime, run_id, resume=resume, background=False, timeout=timeout)

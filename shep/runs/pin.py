@@ -20,7 +20,8 @@ A person's decision is checked before it is recorded (``check_decision``:
 refused one leaves the item pending. The supervisor's and a deadline's
 decisions are recorded, and their run's resume is refused the same way.
 
-Computing a fingerprint builds the graph, which imports langgraph.
+Computing a fingerprint builds the graph, which imports langgraph; a home keeps the
+fingerprints it computed, so a check in a home that has seen this graph does not.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -69,9 +71,11 @@ def run_pin(events: Sequence[Any]) -> Pin:
     return pin
 
 
-def check_resume(store: EventStore, run_id: UUID) -> Crossing | None:
+def check_resume(store: EventStore, run_id: UUID, home: Path | None = None) -> Crossing | None:
     """Whether run ``run_id`` may go on under the workflow as it is now: None (the same
-    graph, or an unpinned run), a ``Crossing`` to apply, or ``WorkflowChangedError``."""
+    graph, or an unpinned run), a ``Crossing`` to apply, or ``WorkflowChangedError``.
+    With ``home``, the graph's fingerprint is read from what the home keeps when it can
+    (``shep.workflows.shape.current_pin``), without importing langgraph."""
     events = store.load(run_id, types=[RunCreated, RunMigrated])
     if not events or not isinstance(events[0], RunCreated):
         return None
@@ -82,7 +86,7 @@ def check_resume(store: EventStore, run_id: UUID) -> Crossing | None:
         workflow = get_workflow(events[0].workflow)
     except UnknownWorkflowError:
         return None  # not registered here: the worker says so, as it always did
-    now = current_pin(workflow)
+    now = current_pin(workflow, home)
     if now.fingerprint == pinned.fingerprint:
         return None
     migration = workflow.migrations.get(pinned.workflow_version or UNKNOWN)
@@ -252,7 +256,7 @@ def migrate(store: EventStore, saver: Any, run_id: UUID, crossing: Crossing) -> 
     return migrated
 
 
-def check_decision(store: EventStore, item_id: UUID) -> None:
+def check_decision(store: EventStore, item_id: UUID, home: Path | None = None) -> None:
     """Refuse (``WorkflowChangedError``) a decision on inbox item ``item_id`` that its run
     could not go on with: the run waits, and its workflow changed with no migration from
     its version. Called before the decision is recorded, so a refusal records nothing."""
@@ -265,4 +269,4 @@ def check_decision(store: EventStore, item_id: UUID) -> None:
         return  # the decision's own command says so
     run_id = item.asked.run_id
     if load_run(store, run_id).status in WAITING_STATUSES:
-        check_resume(store, run_id)
+        check_resume(store, run_id, home)

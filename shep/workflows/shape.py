@@ -7,11 +7,23 @@ destinations, loops are edges back to an earlier node. The graph is built
 with a kit whose node functions are never called, and compiled without a
 checkpointer. Building imports langgraph (about a second), so a face asks
 for a shape only when it draws one, and keeps it.
+
+A decision's check (``shep approve``) needs only the fingerprint: a home keeps
+the fingerprints it computed in ``graph-fingerprints.json``, keyed by what
+decides the graph (shep's version, the workflow's name, version and steps, the
+source of the module that builds it and of this one), so the check reads it
+there instead of importing langgraph. A changed source is a new key, so a
+stale entry is never used; a graph built from code in yet another module is
+keyed by its build function's module only (bump the workflow's ``version``
+when such code changes its graph).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict
 
 from events.versions import SHEP_VERSION
@@ -144,9 +156,73 @@ def _shape(workflow: Workflow) -> tuple[GraphShape, str]:
     return known[1], known[2]
 
 
-def current_pin(workflow: Workflow) -> Pin:
-    """What a run of ``workflow`` created now is pinned to (imports langgraph)."""
-    return Pin(SHEP_VERSION, workflow.version, _shape(workflow)[1])
+#: The file in a home where computed fingerprints are kept (see the module's docstring).
+FINGERPRINTS = "graph-fingerprints.json"
+#: How many keys the file keeps (the newest): a few workflows across a few upgrades.
+KEPT = 64
+
+
+def current_pin(workflow: Workflow, home: Path | None = None) -> Pin:
+    """What a run of ``workflow`` created now is pinned to. Imports langgraph, unless
+    ``home`` has kept the fingerprint of this very graph (and then it keeps it)."""
+    if home is None:
+        return Pin(SHEP_VERSION, workflow.version, _shape(workflow)[1])
+    key = source_key(workflow)
+    kept = _kept(home)
+    fingerprint = kept.get(key) if key is not None else None
+    if fingerprint is None:
+        fingerprint = _shape(workflow)[1]
+        if key is not None:
+            _keep(home, kept, key, fingerprint)
+    return Pin(SHEP_VERSION, workflow.version, fingerprint)
+
+
+def source_key(workflow: Workflow) -> str | None:
+    """A digest of what decides ``workflow``'s graph (None: its build's source is not a
+    readable file, so nothing is kept)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    steps = [[step.name, type(step).__name__] for step in workflow.steps]
+    digest.update(json.dumps([SHEP_VERSION, workflow.name, workflow.version, steps]).encode())
+    for module in (getattr(workflow.build, "__module__", None), __name__):
+        source = getattr(sys.modules.get(module or ""), "__file__", None)
+        if not source:
+            return None
+        try:
+            digest.update(Path(source).read_bytes())
+        except OSError:
+            return None
+    return digest.hexdigest()
+
+
+def _kept(home: Path) -> dict[str, str]:
+    import json
+
+    try:
+        kept = json.loads((home / FINGERPRINTS).read_text())
+    except (OSError, ValueError):
+        return {}  # none kept yet, or damaged: computed again and rewritten
+    if not isinstance(kept, dict):
+        return {}
+    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _keep(home: Path, kept: dict[str, str], key: str, fingerprint: str) -> None:
+    """Add ``key`` to the home's file, written whole and renamed into place (a reader
+    sees the old file or the new one); a home it cannot write to keeps nothing."""
+    import json
+
+    kept.pop(key, None)
+    kept[key] = fingerprint
+    newest = dict(list(kept.items())[-KEPT:])
+    part = home / f".{FINGERPRINTS}.{os.getpid()}"
+    try:
+        part.write_text(json.dumps(newest, indent=0))
+        os.replace(part, home / FINGERPRINTS)
+    except OSError:
+        part.unlink(missing_ok=True)
 
 
 def workflow_shape_of(workflow: Workflow) -> GraphShape:
@@ -161,7 +237,7 @@ class PinFields(TypedDict):
     graph_fingerprint: str | None
 
 
-def pin_fields(workflow: Workflow) -> PinFields:
-    """The pin arguments for a run of ``workflow`` made now."""
-    pin = current_pin(workflow)
+def pin_fields(workflow: Workflow, home: Path | None = None) -> PinFields:
+    """The pin arguments for a run of ``workflow`` made now (kept in ``home``, if given)."""
+    pin = current_pin(workflow, home)
     return {"workflow_version": pin.workflow_version, "graph_fingerprint": pin.fingerprint}
