@@ -292,3 +292,28 @@ def test_the_merge_gate_of_a_fork_whose_worktree_differs_waits(shep: Shep) -> No
     assert " differs (item " in asked.reapply
     assert [a.kind for a in asked.artifacts] == ["diff", "tests"]
     assert "FeatureMerged" not in {type(e).__name__ for e in shep.events(fork)}
+
+
+@pytest.mark.slow
+def test_a_fork_at_a_question_asks_it_again_from_its_own_worktree(shep: Shep) -> None:
+    """A fork from the checkpoint before the clarify question asks that question again,
+    and its gate's summary counts the answer: a question's and a gate's step read the
+    spec in the fork's worktree. The copied state names the origin's worktree, removed
+    when the origin merged, where clarify found no open question and the fork failed."""
+    from events.inbox import QuestionAsked
+
+    origin = _feature(shep)
+    assert not Path(shep.events(origin)[0].repo).exists()  # merged, worktree removed
+    checkpoint = _checkpoint_before(shep.events(origin), "clarify")
+    shep("fork", origin.hex[:8], "--at", checkpoint.checkpoint_id)
+    fork = next(r["run_id"] for r in _runs(shep) if r["run_id"] != origin.hex)
+    waiting = [i for i in shep.inbox() if i["run_id"] == fork]
+    assert [i["node"] for i in waiting] == ["clarify"]
+    with EventStore(shep.home / "shep.db") as store:
+        asked = [e for e in _all_item_events(store) if isinstance(e, QuestionAsked)]
+    assert {e.question for e in asked if e.run_id == origin} == {waiting[0]["prompt"]}
+    option = next(o for o in waiting[0]["options"] if o["recommended"])
+    shep("answer", waiting[0]["item_id"][:8], "--option", option["id"], "--wait")
+    [gate] = [i for i in shep.inbox() if i["run_id"] == fork]
+    assert gate["node"] == "prd", gate
+    assert "1 open question answered" in json.dumps(gate), gate
