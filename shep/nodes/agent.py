@@ -307,8 +307,15 @@ class AgentNodes:
                     out.write(body)
                 os.replace(tmp, path)
             except OSError as e:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                fix = (
+                    "Move that directory away"
+                    if os.path.isdir(path)
+                    else "Make the repository writable"
+                )
                 raise ShepError(
-                    f"Cannot write {path} ({e.strerror}). Make the repository writable, "
+                    f"Cannot write {path} ({e.strerror}). {fix}, "
                     f"then `shep resume {ctx.run_id.hex[:8]}`."
                 ) from e
         digest = hashlib.sha256(read_inside(root, path)).hexdigest()

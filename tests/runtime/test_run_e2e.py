@@ -217,3 +217,27 @@ def test_unwritable_repository_interrupts_the_run_resumably(
     assert (repo / "shep-analysis.md").read_text().startswith("# Repository analysis")
     starts = [c["node"] for c in agent_calls(agent_log) if c["phase"] == "start"]
     assert starts == ["scan", "dependencies", "patterns", "report", "report"]
+
+
+@pytest.mark.slow
+def test_a_directory_where_the_report_goes_interrupts_the_run_with_the_way_out(
+    repo: Path, fake_claude: Path, agent_log: Path
+) -> None:
+    """A directory named like the report: the run is interrupted (resumable) with one line
+    that says to move it (not to make the repository writable: it is), nothing is left
+    beside it, and once it is moved, resume writes the report without redoing the analysis."""
+    (repo / "shep-analysis.md").mkdir()
+    (repo / "shep-analysis.md" / "notes.txt").write_text("the user's\n")
+    result = shep("run", "analyze-repository", "--repo", str(repo), timeout=120)
+    assert result.returncode == 1
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("shep: Cannot write")]
+    assert "Move that directory away" in line and "writable" not in line
+    assert "Traceback" not in result.stderr
+    assert not (repo / ".shep-analysis.md.shep-tmp").exists()
+    run = json.loads(shep("status", "--all", "--json").stdout)[0]
+    assert run["status"] == "interrupted"
+    (repo / "shep-analysis.md").rename(repo / "notes")
+    assert shep("resume", run["run_id"], timeout=120).returncode == 0
+    assert (repo / "shep-analysis.md").read_text().startswith("# Repository analysis")
+    starts = [c["node"] for c in agent_calls(agent_log) if c["phase"] == "start"]
+    assert starts == ["scan", "dependencies", "patterns", "report", "report"]
