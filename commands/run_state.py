@@ -278,7 +278,7 @@ def check_transition(state: RunState, event_type: type[Event]) -> None:
     allowed = ALLOWED_FROM.get(event_type, WHILE_RUNNING)
     if state.status not in allowed:
         action = _ACTION.get(event_type, f"record {event_type.__name__}")
-        raise InvalidTransitionError(str(state.run_id), state.status.value, action)
+        raise InvalidTransitionError(state.run_id.hex, state.status.value, action)
 
 
 def check_owner(state: RunState, epoch: int | None) -> None:

@@ -71,7 +71,7 @@ def test_cancel_stops_worker_and_agent(
     wait_for(lambda: not pid_alive(agent_pid), timeout=10, what="the agent to exit")
     again = shep("cancel", run_id)
     assert again.returncode == 2
-    assert "is cancelled; cannot cancel it" in again.stderr
+    assert again.stderr == f"shep: Run {run_id} is cancelled; cannot cancel it.\n"
 
 
 @pytest.mark.slow
