@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from events.errors import AgentTimeoutError
 from events.words import counted
 from shep.agents.model import (
     AgentEvent,
@@ -111,6 +112,20 @@ class DemoExecutor:
                 return event.result
         raise AssertionError("the demo stream always completes")
 
+    def _pause(self, started: float, options: AgentOptions) -> None:
+        """Half the delay, as a real agent's call takes time, bounded by ``--timeout`` as a
+        real agent's is: past it, ``AgentTimeoutError``."""
+        if options.timeout is not None and time.monotonic() + self.delay / 2 > (
+            started + options.timeout
+        ):
+            time.sleep(max(0.0, started + options.timeout - time.monotonic()))
+            raise AgentTimeoutError(
+                f"{self.name} did not finish within {options.timeout:g} s; shep stopped it. "
+                "Raise the timeout or split the task.",
+                agent=self.name,
+            )
+        time.sleep(self.delay / 2)
+
     def stream(self, prompt: str, options: AgentOptions) -> Iterator[AgentEvent]:
         started = time.monotonic()
         verdict = _supervisor_answer(prompt)
@@ -127,10 +142,10 @@ class DemoExecutor:
         root = Path(options.cwd or ".")
         yield SessionStarted(session_id=session, model="demo")
         yield ToolUse(tool_id=f"{step}-1", name="Glob", input={"pattern": "**/*"})
-        time.sleep(self.delay / 2)
+        self._pause(started, options)
         found = counted(len(repo_files(root)), "file")
         yield ToolResult(tool_id=f"{step}-1", output=found, is_error=False)
-        time.sleep(self.delay / 2)
+        self._pause(started, options)
         writes: list[tuple[str, str]] = []
         if request is None:
             text = _answer(step, root)
@@ -149,7 +164,7 @@ class DemoExecutor:
     ) -> Iterator[AgentEvent]:
         session = options.resume_session or f"demo-{uuid.uuid4()}"
         yield SessionStarted(session_id=session, model="demo")
-        time.sleep(self.delay / 2)
+        self._pause(started, options)
         yield TextDelta(text=text)
         yield _completed(prompt, text, session, started)
 

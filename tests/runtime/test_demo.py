@@ -92,3 +92,25 @@ def test_demo_feature_piped_into_head_still_finishes_what_it_started(tmp_path: P
     assert len(done.stdout.splitlines()) == 3
     assert "Traceback" not in done.stderr
     _finished_demo(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_demo_agent_keeps_to_the_timeout_as_a_real_agent_does(
+    shep_home: Path, tmp_path: Path
+) -> None:
+    """--timeout bounds a demo agent's call too: a call slower than it fails its node
+    with AgentTimeoutError (retried as a timeout is), and the run fails, as with a real
+    agent CLI. It ignored the timeout and slept its whole delay."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('hi')\n")
+    slow = {"SHEP_DEMO_DELAY": "30"}
+    shep("settings", "agent", "--agent", "demo", check=True)
+    result = shep(
+        "run", "analyze-repository", "--repo", str(repo), "--timeout", "1", env=slow, timeout=50
+    )
+    assert result.returncode == 1, result.stderr
+    assert "did not finish within 1 s" in result.stderr
+    [run] = json.loads(shep("status", "--all", "--json").stdout)
+    assert run["status"] == "failed"
+    assert run["error"].startswith("AgentTimeoutError")
