@@ -1,7 +1,9 @@
 """Fixtures for the real-CLI tests: the fake LLM, and each CLI in an isolated HOME.
 
 Install the CLIs with ``.ci/install-agent-clis`` (prefix: ``$SHEP_AGENT_CLIS``, default
-``~/.cache/shep-agent-clis``), then run ``pytest -m real_cli tests/integration``.
+``~/.cache/shep-agent-clis``), then run ``pytest -m real_cli``.
+The real-CLI tests that run ``shep`` itself live here; those that drive an agent CLI
+without shep (``tests/shep/agents/test_real_*.py``) import these fixtures.
 A CLI that is not installed is skipped, with the reason.
 """
 
@@ -12,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakellm import FakeLLM
-from tests.integration import clis
+from tests.support import real_clis as clis
+from tests.support.fakellm import FakeLLM
 
 
 @pytest.fixture

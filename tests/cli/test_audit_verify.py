@@ -15,8 +15,8 @@ from commands.start_run import start_run
 from events.chain import GENESIS_HASH, chain_hash
 from events.errors import InvalidTransitionError
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.histories import random_run
+from tests.support.cli import shep
+from tests.support.histories import random_run
 
 
 def edit(db_path: Path, statement: str, *params: object) -> None:

@@ -1,8 +1,8 @@
-"""The corpus of real stores (``tests/histories/``): every store a released shep wrote
+"""The corpus of real stores (``tests/support/histories/``): every store a released shep wrote
 still reads the same with this code, verifies to the same head, and its waiting and
 interrupted runs still finish.
 
-Entries are made by ``python -m tests.corpus.make`` (see ``tests/corpus/entry.py``).
+Entries are made by ``python -m tests.support.corpus.make`` (see ``tests/support/corpus/entry.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from events.versions import SHEP_VERSION
-from tests.corpus import shared
-from tests.corpus.entry import (
+from tests.support.corpus import shared
+from tests.support.corpus.entry import (
     HISTORIES,
     Entry,
     accepted_changes,
@@ -32,15 +32,16 @@ from tests.corpus.entry import (
     world_lock,
     world_root,
 )
-from tests.postgres_server import REQUIRE_ENV
+from tests.support.postgres_server import REQUIRE_ENV
 
 
 def test_this_version_has_an_entry() -> None:
     """The version pyproject.toml gets from events/versions.py has its corpus entry: a
-    release without one fails here (make it with ``python -m tests.corpus.make``)."""
+    release without one fails here (make it with ``python -m tests.support.corpus.make``)."""
     entry = HISTORIES / SHEP_VERSION
     assert (entry / "shep.db.gz").is_file(), (
-        f"tests/histories/{SHEP_VERSION}/ is missing: run `python -m tests.corpus.make`"
+        f"tests/support/histories/{SHEP_VERSION}/ is missing: "
+        "run `python -m tests.support.corpus.make`"
     )
     assert (entry / "runs.json").is_file()
     assert (entry / "outputs" / "head.txt").is_file()

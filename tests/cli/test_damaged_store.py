@@ -13,9 +13,9 @@ import pytest
 from events.store import EventStore
 from projections.catch_up import catch_up
 from projections.database import open_database
-from tests.e2e.cli import shep
-from tests.e2e.test_read_cli import _make_read_only, _make_writable
-from tests.histories import random_run
+from tests.cli.test_read_cli import _make_read_only, _make_writable
+from tests.support.cli import shep
+from tests.support.histories import random_run
 
 
 def corrupted(db_path: Path, cause: str) -> str:

@@ -19,8 +19,8 @@ from events.base import utc_now
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
 from projections.tables import PROJECTION_VERSIONS
-from tests.agents.conftest import pid_gone
-from tests.e2e.cli import shep
+from tests.shep.agents.conftest import pid_gone
+from tests.support.cli import shep
 
 TOKEN = "sk-ant-SECRET-doctor-0123456789-never-print-me"
 #: A PATH with git (and sh) but none of the agent CLIs the machine may have installed.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
-from tests.feature.conftest import make_repo
+from tests.shep.workflows.conftest import make_repo
+from tests.support.cli import shep
 
 NOTICE = re.compile(r"^\d+ waiting in the inbox: shep inbox$")
 

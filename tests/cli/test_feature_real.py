@@ -29,9 +29,9 @@ from events.setting_values import SETTINGS
 from events.store import EventStore
 from shep.features.start import plan_feature
 from shep.home.procs import pid_alive
-from tests.fakellm import FakeLLM
-from tests.integration.clis import TOKEN, CliSetup
-from tests.integration.test_run_real import Shep
+from tests.cli.test_run_real import Shep
+from tests.support.fakellm import FakeLLM
+from tests.support.real_clis import TOKEN, CliSetup
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from shep.home.procs import pid_alive
-from tests.runtime.conftest import agent_calls, agent_log, fake_claude, repo
-from tests.runtime.test_background_recovery import run_row, start_background, wait_for
+from tests.shep.runs.conftest import agent_calls, agent_log, fake_claude, repo
+from tests.shep.runs.test_background_recovery import run_row, start_background, wait_for
 
 __all__ = ["agent_log", "fake_claude", "repo"]  # fixtures this module uses
 

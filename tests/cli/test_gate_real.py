@@ -1,6 +1,6 @@
 """A gated run with the REAL claude CLI: agent step, approval gate, ``shep approve``, agent step.
 
-``real-gate`` (tests/integration/gate_workflows.py) runs ``plan`` with the real ``claude``
+``real-gate`` (tests/support/real_gate_workflows.py) runs ``plan`` with the real ``claude``
 against the scripted LLM on 127.0.0.1, then stops at its gate: the worker records the
 inbox item and exits. ``shep approve RUN`` records the decision and resumes the run in a
 new background worker, whose ``apply`` step continues the agent session ``plan`` began:
@@ -24,9 +24,9 @@ import pytest
 from events.inbox import ApprovalGranted, ApprovalRequested
 from events.store import EventStore
 from shep.home.procs import pid_alive
-from tests.fakellm import FakeLLM, RecordedRequest
-from tests.integration.clis import TOKEN, CliSetup
-from tests.integration.test_run_real import EMBEDDED, Shep
+from tests.cli.test_run_real import EMBEDDED, Shep
+from tests.support.fakellm import FakeLLM, RecordedRequest
+from tests.support.real_clis import TOKEN, CliSetup
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
 
@@ -90,7 +90,7 @@ def test_gate_approved_then_the_session_goes_on(
     (repo / "src" / "app.py").write_text("print('hello')\n")
     home = tmp_path / "shep-home"
     shep = Shep(cli, home)
-    shep.env["SHEP_WORKFLOW_MODULES"] = "tests.integration.gate_workflows"
+    shep.env["SHEP_WORKFLOW_MODULES"] = "tests.support.real_gate_workflows"
     # Workers start in SHEP_HOME with PYTHONSAFEPATH: the test workflows come from ROOT.
     shep.env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])

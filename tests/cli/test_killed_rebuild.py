@@ -26,8 +26,8 @@ from projections.catch_up import SHADOW_PREFIX, rebuild
 from projections.database import PROJECTION_INDEXES, open_database
 from projections.schema import PROJECTIONS
 from projections.tables import PROJECTION_NAMES, VERSIONS_TABLE
-from tests.e2e.cli import shep
-from tests.histories import random_decisions, random_run
+from tests.support.cli import shep
+from tests.support.histories import random_decisions, random_run
 
 State = dict[str, list[tuple[object, ...]]]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
-from tests.runtime.conftest import agent_log, fake_claude, repo
+from tests.shep.runs.conftest import agent_log, fake_claude, repo
+from tests.support.cli import shep
 
 __all__ = ["agent_log", "fake_claude", "repo"]  # fixtures this module uses
 

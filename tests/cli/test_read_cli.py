@@ -19,8 +19,8 @@ from commands.record_agent_output import OutputItem, record_agent_output
 from commands.record_node import record_node_started
 from commands.start_run import start_run
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.histories import random_run
+from tests.support.cli import shep
+from tests.support.histories import random_run
 
 
 def test_status_lists_runs_and_json_has_fields(store: EventStore) -> None:

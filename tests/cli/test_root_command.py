@@ -20,7 +20,7 @@ from commands.suspend_run import Ask, suspend_run
 from events.inbox import QuestionOption
 from events.store import EventStore
 from shep.home.identity import host_name, process_start
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 
 def _orphan(store: EventStore, repo: str = "/r") -> str:

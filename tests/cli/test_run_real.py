@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakellm import FakeLLM, RecordedRequest
-from tests.integration.clis import AGENTS, TOKEN, CliSetup
+from tests.support.fakellm import FakeLLM, RecordedRequest
+from tests.support.real_clis import AGENTS, TOKEN, CliSetup
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(420)]
 

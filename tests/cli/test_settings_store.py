@@ -18,8 +18,7 @@ import pytest
 
 from events.postgres_url import where
 from shep.home.secrets import load_store_url
-from tests.e2e.cli import shep
-from tests.postgres.test_migrate import (
+from tests.cli.test_store_migrate import (
     closed_port,
     files_holding,
     one_error_line,
@@ -28,7 +27,8 @@ from tests.postgres.test_migrate import (
     sqlite_rows,
     with_password,
 )
-from tests.postgres_server import PostgresServer
+from tests.support.cli import shep
+from tests.support.postgres_server import PostgresServer
 
 
 def saved(home: Path) -> dict[str, object]:

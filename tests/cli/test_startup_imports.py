@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.histories import random_run
-from tests.settings.test_typed_settings import waiting_run
+from tests.shep.home.test_typed_settings import waiting_run
+from tests.support.cli import shep
+from tests.support.histories import random_run
 
 #: Ours, on the path of both commands: the CLI's root, the runtime, the read side.
 OURS = frozenset(

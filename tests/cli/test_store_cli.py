@@ -21,9 +21,9 @@ import pytest
 
 from events.audit import open_log, verify_chain
 from events.postgres_verify import verify_pg_chain
-from tests.e2e.cli import shep
-from tests.postgres_server import PostgresServer
-from tests.runtime.conftest import agent_log, fake_claude, repo
+from tests.shep.runs.conftest import agent_log, fake_claude, repo
+from tests.support.cli import shep
+from tests.support.postgres_server import PostgresServer
 
 __all__ = ["agent_log", "fake_claude", "repo"]
 

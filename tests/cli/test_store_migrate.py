@@ -32,8 +32,8 @@ from events.postgres_verify import verify_pg_chain
 from events.runs import RunCreated
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.postgres_server import PostgresServer
+from tests.support.cli import shep
+from tests.support.postgres_server import PostgresServer
 
 ROWS = (
     "SELECT notification_id, originator_id, originator_version, topic, state, chain_hash "

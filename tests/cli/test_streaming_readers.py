@@ -27,7 +27,7 @@ from projections.queries import LOG_PAGE
 from shep.replay import OutputBatch, frames_from_store
 from shep.replay.output import OUTPUT_HEAD, OUTPUT_TAIL
 from shep.replay.sources import OUTPUT_CHUNK, iter_run_events
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 #: Lines of agent output of the long run: a few pages, and a few chunks, and a bit.
 LINES = 3 * max(LOG_PAGE, OUTPUT_CHUNK) + 17

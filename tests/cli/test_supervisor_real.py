@@ -48,10 +48,10 @@ from shep.workflows.base import (
     add_step,
     route_gate,
 )
-from tests.fakellm import FakeLLM, RecordedRequest
-from tests.integration.clis import TOKEN, CliSetup
-from tests.integration.test_gate_real import _describe, _wait, fake_llm
-from tests.integration.test_run_real import Shep
+from tests.cli.test_gate_real import _describe, _wait, fake_llm
+from tests.cli.test_run_real import Shep
+from tests.support.fakellm import FakeLLM, RecordedRequest
+from tests.support.real_clis import TOKEN, CliSetup
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
 

@@ -25,7 +25,7 @@ from eventsourcing.tests.persistence import (
 )
 
 from events.postgres import PgAggregateRecorder, PgDatastore, PgProcessRecorder
-from tests.postgres_server import PostgresServer
+from tests.support.postgres_server import PostgresServer
 
 
 class _FreshDatabase:

@@ -28,7 +28,7 @@ from events.postgres_url import where
 from events.postgres_verify import verify_pg_chain
 from events.runs import RunCreated
 from events.store import EventStore
-from tests.postgres_server import PostgresServer
+from tests.support.postgres_server import PostgresServer
 
 
 def created(run_id: UUID | None = None, version: int = 1, workflow: str = "w") -> RunCreated:

@@ -20,7 +20,7 @@ from events.postgres_url import where
 from events.postgres_verify import verify_pg_chain
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 
 def _changes(n: int) -> list[SettingChanged]:

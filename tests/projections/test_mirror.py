@@ -27,8 +27,7 @@ from events.postgres_verify import verify_pg_chain
 from events.store import EventStore
 from projections import mirror
 from projections.database import open_database
-from tests.e2e.cli import shep
-from tests.postgres.test_migrate import (
+from tests.cli.test_store_migrate import (
     ROWS,
     Row,
     changed,
@@ -37,7 +36,8 @@ from tests.postgres.test_migrate import (
     one_error_line,
     server_rows,
 )
-from tests.postgres_server import PostgresServer
+from tests.support.cli import shep
+from tests.support.postgres_server import PostgresServer
 
 
 @pytest.fixture(autouse=True)

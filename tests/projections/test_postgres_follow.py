@@ -25,7 +25,7 @@ from events.store import EventStore
 from projections import mirror
 from projections.database import open_database
 from projections.follow import LogFollower
-from tests.postgres_server import PostgresServer
+from tests.support.postgres_server import PostgresServer
 
 #: Appends N heartbeats to a new stream of the store at URL, one append each.
 WRITER = """

@@ -1,7 +1,7 @@
 """The executor contract, run against every agent type with its captured output.
 
 Each executor drives a fake binary that replays the real CLI's stdout, stderr and
-exit code (tests/agents/samples), and records the argv, stdin and environment it got.
+exit code (tests/shep/agents/samples), and records the argv, stdin and environment it got.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from shep.agents import (
     ToolResult,
     ToolUse,
 )
-from tests.agents.cases import CASES, FAILURES, Case, Failure
-from tests.agents.conftest import TOKEN, Fake, pid_gone
+from tests.shep.agents.cases import CASES, FAILURES, Case, Failure
+from tests.shep.agents.conftest import TOKEN, Fake, pid_gone
 
 PROMPT = "Say hello\nand mention the number 42."
 OPTS = AgentOptions()

@@ -9,7 +9,7 @@ import pytest
 
 from events.errors import AgentOutputError
 from shep.agents import AgentOptions, Completed, SessionStarted, TextDelta, ToolResult, ToolUse
-from tests.agents.conftest import Fake, sample
+from tests.shep.agents.conftest import Fake, sample
 
 PROMPT = "Say hello"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

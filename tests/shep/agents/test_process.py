@@ -18,7 +18,7 @@ from events.errors import (
     AgentTimeoutError,
 )
 from shep.agents import AgentOptions, Completed, ProcessLimits, TextDelta, create_executor
-from tests.agents.conftest import FAST, Fake, pid_gone, sample
+from tests.shep.agents.conftest import FAST, Fake, pid_gone, sample
 
 PROMPT = "Say hello"
 

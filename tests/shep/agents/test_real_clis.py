@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.fakellm import FakeLLM
-from tests.integration.clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
+from tests.cli.conftest import cli, fake_llm
+from tests.support.fakellm import FakeLLM
+from tests.support.real_clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["cli", "fake_llm"]
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(180)]
 

@@ -14,8 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.fakellm import FakeLLM
-from tests.integration.clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
+from tests.cli.conftest import cli, fake_llm
+from tests.support.fakellm import FakeLLM
+from tests.support.real_clis import AGENTS, FIRST, SECOND, TOKEN, CliSetup
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["cli", "fake_llm"]
 
 agents = pytest.importorskip("shep.agents", reason="shep.agents (the executor layer) is missing")
 errors = pytest.importorskip("events.errors")

@@ -15,7 +15,7 @@ from shep.agents import (
     create_executor,
     probe_version,
 )
-from tests.agents.conftest import Fake, pid_gone
+from tests.shep.agents.conftest import Fake, pid_gone
 
 TYPES = (
     "claude-code",
@@ -186,7 +186,7 @@ def test_probe_version_without_a_version_number_returns_the_first_line(fake: Fak
 
 
 def test_samples_path_is_inside_the_repository() -> None:
-    """The test samples live in tests/agents/samples (no dependency on ../shared)."""
+    """The test samples live in tests/shep/agents/samples (no dependency on ../shared)."""
     here = Path(__file__).parent
     assert (here / "samples" / "README.md").is_file()
 
@@ -209,7 +209,7 @@ def test_ci_installs_the_versions_shep_is_verified_with() -> None:
     changing one without the other fails here."""
     import re
 
-    script = (Path(__file__).parents[2] / ".ci" / "install-agent-clis").read_text()
+    script = (Path(__file__).parents[3] / ".ci" / "install-agent-clis").read_text()
     packages = dict(
         spec.rsplit("@", 1) for spec in re.findall(r'^\s+"(@?[^"@]+@[^"]+)"$', script, re.M)
     )

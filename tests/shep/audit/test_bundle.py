@@ -34,7 +34,7 @@ from shep.audit.bundle import (
 )
 from shep.audit.bundle_verify import verify_bundle
 from shep.audit.export import ExportFilter
-from tests.audit.test_otlp import MERGE_COMMIT, History, build_history
+from tests.shep.audit.test_otlp import MERGE_COMMIT, History, build_history
 
 needs_ssh = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 

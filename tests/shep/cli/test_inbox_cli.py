@@ -1,7 +1,7 @@
 """`shep inbox`, `answer`, `approve`, `reject` as a user meets them: listings, filters,
 actors, `--wait`, and one clear line on stderr with its exit code for every mistake.
 
-The error cases use items made at the store level (``tests.gates.store_items``)
+The error cases use items made at the store level (``tests.support.store_items``)
 on runs in this test process's hands, so no worker ever starts; the listings,
 actors and resumes use real runs with real workers.
 """
@@ -31,8 +31,10 @@ from events.inbox import (
 from events.runs import RunResumed
 from events.store import EventStore
 from shep.home.identity import host_name
-from tests.e2e.cli import shep
-from tests.gates.event_log import (
+from tests.shep.nodes.conftest import agent_log, fake_claude, repo, test_workflows
+from tests.shep.nodes.test_gates import _start
+from tests.support.cli import shep
+from tests.support.event_log import (
     assert_rebuild_equals_incremental,
     decisions_of,
     of_type,
@@ -42,8 +44,10 @@ from tests.gates.event_log import (
     wait_for_status,
     wait_for_waiting,
 )
-from tests.gates.store_items import ask_on_new_run, gate, question
-from tests.gates.test_gates import _start
+from tests.support.store_items import ask_on_new_run, gate, question
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent_log", "fake_claude", "repo", "test_workflows"]
 
 NOTICE = re.compile(r"^\d+ waiting in the inbox: shep inbox$")
 

@@ -22,9 +22,13 @@ from projections.catch_up import catch_up
 from projections.inbox_queries import list_inbox
 from shep.home.identity import user_actor
 from shep.home.runtime import Runtime
-from tests.e2e.cli import shep
-from tests.runtime.conftest import agent_calls
-from tests.runtime.test_background_recovery import run_row, wait_for
+from tests.shep.nodes.conftest import agent_log, fake_claude, repo, test_workflows
+from tests.shep.runs.conftest import agent_calls
+from tests.shep.runs.test_background_recovery import run_row, wait_for
+from tests.support.cli import shep
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent_log", "fake_claude", "repo", "test_workflows"]
 
 Row = dict[str, object]
 

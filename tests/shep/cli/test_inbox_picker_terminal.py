@@ -1,8 +1,8 @@
 """The inbox picker on a real terminal of 80 and 40 columns: what a person approves is
 shown whole, wrapped at words, never cut at the edge of the screen.
 
-The gate is made at the store level (``tests.gates.store_items``: its run waits,
-no worker); `shep inbox` runs on a real pseudo-terminal (``tests.terminal``),
+The gate is made at the store level (``tests.support.store_items``: its run waits,
+no worker); `shep inbox` runs on a real pseudo-terminal (``tests.support.terminal``),
 and the screen is read as a VT100 emulator shows it.
 """
 
@@ -14,9 +14,13 @@ import pytest
 
 from commands.suspend_run import Ask
 from events.store import EventStore
-from tests.gates.event_log import decisions_of, read_events
-from tests.gates.store_items import ask_on_new_run
-from tests.terminal import Terminal
+from tests.shep.nodes.conftest import agent_log, fake_claude, repo, test_workflows
+from tests.support.event_log import decisions_of, read_events
+from tests.support.store_items import ask_on_new_run
+from tests.support.terminal import Terminal
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent_log", "fake_claude", "repo", "test_workflows"]
 
 #: A merge gate's summary as the feature workflow writes it, its verdict at the very end.
 SUMMARY = (

@@ -15,8 +15,8 @@ from prompt_toolkit.output import DummyOutput
 
 from shep.agents import AGENT_SPECS
 from shep.cli.settings import run_wizard
-from tests.e2e.cli import shep
-from tests.terminal import Terminal
+from tests.support.cli import shep
+from tests.support.terminal import Terminal
 
 TOKEN = "sk-ant-SECRET-0123456789abcdef-never-store-me"
 

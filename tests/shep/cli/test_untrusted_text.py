@@ -27,10 +27,13 @@ from events.inbox import QuestionOption, item_stream_id
 from events.store import EventStore
 from shep.cli import main
 from shep.home.identity import host_name, process_start
-from tests.e2e.cli import shep
-from tests.feature.conftest import FeatureAgent, git
-from tests.feature.test_feat_views import new_feature
-from tests.feature.test_feature_workflow import feat_new
+from tests.shep.cli.test_feat_views import new_feature
+from tests.shep.workflows.conftest import FeatureAgent, agent, git, repo
+from tests.shep.workflows.test_feature_workflow import feat_new
+from tests.support.cli import shep
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent", "repo"]
 
 #: Each character that acts instead of showing, and how it must be shown.
 ACTING = {

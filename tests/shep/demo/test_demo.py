@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
-from tests.terminal import Terminal
+from tests.support.cli import shep
+from tests.support.terminal import Terminal
 
 
 def test_demo_runs_end_to_end_in_its_own_home(shep_home: Path) -> None:

@@ -29,7 +29,7 @@ from shep.git import (
 from shep.git.command import Checkout
 from shep.git.merge import advance_base, prepare_squash
 from shep.git.worktree import inside_worktree, read_inside
-from tests.feature.test_git import SETUP_IDENTITY, git, isolated_git, make_repo
+from tests.shep.git.test_git import SETUP_IDENTITY, git, isolated_git, make_repo
 
 __all__ = ["isolated_git"]  # the autouse fixture: no user or system git config leaks in
 

@@ -34,7 +34,11 @@ from shep.home.notify import notify_new_items
 from shep.home.procs import pid_alive
 from shep.home.secrets import save_token
 from shep.home.settings import load_settings
-from tests.e2e.cli import shep
+from tests.shep.nodes.conftest import agent_log, fake_claude, repo, test_workflows
+from tests.support.cli import shep
+
+# Fixtures this folder's conftest does not give (they were beside these tests before the move).
+__all__ = ["agent_log", "fake_claude", "repo", "test_workflows"]
 
 TOKEN = "sk-test-NOTIFY-0123456789-never-leak"
 

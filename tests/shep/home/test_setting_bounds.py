@@ -26,7 +26,7 @@ from events.store import EventStore
 from shep.home.identity import host_name
 from shep.home.settings import load_settings
 from shep.runs.recovery import orphan_after
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 
 def record_unchecked(store: EventStore, *changes: tuple[str, str]) -> None:

@@ -33,8 +33,8 @@ from events.setting_values import (
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
 from shep.home.settings import load_settings, read_setting_values
-from tests.e2e.cli import shep
-from tests.settings.test_setting_bounds import record_unchecked
+from tests.shep.home.test_setting_bounds import record_unchecked
+from tests.support.cli import shep
 
 DEFAULTS = {
     "feature_fast": False,

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.conftest import agent_log, fake_claude, repo
+from tests.shep.runs.conftest import agent_log, fake_claude, repo
 
 __all__ = ["agent_log", "fake_claude", "repo"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
 def test_workflows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers (and the CLI) register tests/gates/workflows.py's workflows."""
-    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.gates.workflows")
+    """Workers (and the CLI) register tests/support/workflows.py's workflows."""
+    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.support.workflows")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))

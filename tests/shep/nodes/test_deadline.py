@@ -21,8 +21,9 @@ from events.inbox import (
 )
 from events.runs import NodeCompleted
 from shep.runs.inbox_watch import DEADLINE_ACTOR
-from tests.e2e.cli import shep
-from tests.gates.event_log import (
+from tests.shep.nodes.test_gates import _start
+from tests.support.cli import shep
+from tests.support.event_log import (
     assert_rebuild_equals_incremental,
     decisions_of,
     of_type,
@@ -31,7 +32,6 @@ from tests.gates.event_log import (
     run_stream,
     wait_for_waiting,
 )
-from tests.gates.test_gates import _start
 
 
 @pytest.fixture(autouse=True)

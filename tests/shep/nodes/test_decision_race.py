@@ -1,6 +1,6 @@
 """Two people decide one item at the same moment: the first decision wins, the other is told.
 
-The items are made at the store level (``tests.gates.store_items``: the run is
+The items are made at the store level (``tests.support.store_items``: the run is
 back in a worker's hands, this test process's, as when its other question was
 answered), so that a race costs two processes and no worker: the winner's
 ``shep answer`` finds the run running and leaves it to its worker. The racers
@@ -26,9 +26,9 @@ import pytest
 
 from events.inbox import ApprovalGranted, ApprovalRejected, QuestionAnswered
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.gates.event_log import decisions_of, read_events
-from tests.gates.store_items import ask_on_new_run, gate, question
+from tests.support.cli import shep
+from tests.support.event_log import decisions_of, read_events
+from tests.support.store_items import ask_on_new_run, gate, question
 
 REPETITIONS = 50
 

@@ -20,9 +20,9 @@ import pytest
 from events.checkpoints import CheckpointSaved
 from events.inbox import ApprovalGranted, ApprovalRequested, QuestionAnswered, QuestionAsked
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.gates.test_gates import _start, _waiting_on
-from tests.runtime.test_background_recovery import run_row, wait_for
+from tests.shep.nodes.test_gates import _start, _waiting_on
+from tests.shep.runs.test_background_recovery import run_row, wait_for
+from tests.support.cli import shep
 
 pytestmark = pytest.mark.slow
 

@@ -39,8 +39,10 @@ from events.runs import (
     RunSuspended,
 )
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.gates.event_log import (
+from tests.shep.nodes.test_gates import _start
+from tests.shep.runs.conftest import agent_calls
+from tests.support.cli import shep
+from tests.support.event_log import (
     assert_rebuild_equals_incremental,
     decisions_of,
     of_type,
@@ -51,8 +53,6 @@ from tests.gates.event_log import (
     wait_for_waiting,
     wait_until,
 )
-from tests.gates.test_gates import _start
-from tests.runtime.conftest import agent_calls
 
 #: Runs the real CLI in a process that SIGKILLs itself instead of calling ``TARGET``.
 KILLED_AT = """

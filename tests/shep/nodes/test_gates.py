@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
-from tests.runtime.conftest import agent_calls
-from tests.runtime.test_background_recovery import run_row, wait_for
+from tests.shep.runs.conftest import agent_calls
+from tests.shep.runs.test_background_recovery import run_row, wait_for
+from tests.support.cli import shep
 
 
 def _inbox() -> list[dict[str, object]]:

@@ -12,8 +12,9 @@ import pytest
 
 from events.inbox import QuestionAnswered, QuestionAsked
 from events.runs import NodeCompleted, RunResumed, RunSuspended
-from tests.e2e.cli import shep
-from tests.gates.event_log import (
+from tests.shep.nodes.test_gates import _start
+from tests.support.cli import shep
+from tests.support.event_log import (
     assert_rebuild_equals_incremental,
     decisions_of,
     of_type,
@@ -23,7 +24,6 @@ from tests.gates.event_log import (
     wait_for_status,
     wait_for_waiting,
 )
-from tests.gates.test_gates import _start
 
 
 @pytest.fixture(autouse=True)

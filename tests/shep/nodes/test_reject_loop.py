@@ -10,8 +10,10 @@ import pytest
 
 from events.inbox import ApprovalGranted, ApprovalRejected, ApprovalRequested, QuestionAsked
 from events.runs import NodeCompleted, NodeStarted, RunCompleted
-from tests.e2e.cli import shep
-from tests.gates.event_log import (
+from tests.shep.nodes.test_gates import _start
+from tests.shep.runs.conftest import agent_calls
+from tests.support.cli import shep
+from tests.support.event_log import (
     assert_rebuild_equals_incremental,
     of_type,
     read_events,
@@ -19,8 +21,6 @@ from tests.gates.event_log import (
     wait_for_status,
     wait_for_waiting,
 )
-from tests.gates.test_gates import _start
-from tests.runtime.conftest import agent_calls
 
 REASONS = (
     "reason-one: the plan skips the tests",

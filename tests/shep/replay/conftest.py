@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
-from tests.feature.conftest import make_repo
+from tests.shep.workflows.conftest import make_repo
+from tests.support.cli import shep
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REJECTION = "name the modules it touches"
 APPROVAL = "ship it"
 
@@ -41,7 +41,7 @@ def _env(home: Path) -> dict[str, str]:
     return {
         "SHEP_HOME": str(home),
         "SHEP_DEMO_DELAY": "0",
-        "SHEP_WORKFLOW_MODULES": "tests.gates.workflows",
+        "SHEP_WORKFLOW_MODULES": "tests.support.workflows",
         "PYTHONPATH": str(ROOT),
     }
 

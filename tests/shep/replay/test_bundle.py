@@ -10,8 +10,8 @@ from typing import Any
 
 from shep.audit.bundle import write_bundle
 from shep.audit.export import ExportFilter
-from tests.e2e.cli import shep
-from tests.replay.conftest import Recorded
+from tests.shep.replay.conftest import Recorded
+from tests.support.cli import shep
 
 
 def _bundle(history: Recorded, run: str | None, out: Path) -> Path:

@@ -10,8 +10,8 @@ import pytest
 from events.base import utc_now
 from events.runs import RunCreated
 from events.store import EventStore
-from tests.e2e.cli import shep
-from tests.replay.conftest import Recorded
+from tests.shep.replay.conftest import Recorded
+from tests.support.cli import shep
 
 
 def _one_line(*args: str, code: int = 2) -> str:

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from shep.replay import frames_from_store
-from tests.e2e.cli import shep
-from tests.replay.conftest import APPROVAL, REJECTION, Recorded
+from tests.shep.replay.conftest import APPROVAL, REJECTION, Recorded
+from tests.support.cli import shep
 
 
 def _json(*args: str) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from events.runs import RunCreated, RunForked
 from events.store import EventStore
 from shep.audit.bundle import write_bundle
 from shep.audit.export import ExportFilter
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 ORIGIN = UUID("aaaaaaaa-0000-4000-8000-000000000001")
 FORK = UUID("bbbbbbbb-0000-4000-8000-000000000002")

@@ -20,8 +20,8 @@ from events.runs import HeartbeatRecorded
 from events.store import EventStore
 from shep.agents.process import AgentProcess
 from shep.cli import main
-from tests.e2e.cli import shep
-from tests.replay.conftest import ROOT, Recorded
+from tests.shep.replay.conftest import ROOT, Recorded
+from tests.support.cli import shep
 
 STORE_FILES = ("shep.db", "shep.db-wal", "shep.db-shm")
 

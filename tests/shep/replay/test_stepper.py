@@ -12,8 +12,8 @@ from prompt_toolkit.output import DummyOutput
 
 from shep.cli.replay import Stepper, step_through
 from shep.replay import Replay, frames_from_store
-from tests.replay.conftest import REJECTION, Recorded
-from tests.terminal import Terminal
+from tests.shep.replay.conftest import REJECTION, Recorded
+from tests.support.terminal import Terminal
 
 RIGHT = "\x1b[C"
 LEFT = "\x1b[D"

@@ -1,6 +1,6 @@
 """Chaos: start background runs, SIGKILL their workers at random moments, resume, repeat.
 
-Used by tests/runtime/test_chaos.py and by benchmarks (``resume_reexecuted_nodes``).
+Used by tests/shep/runs/test_chaos.py and by benchmarks (``resume_reexecuted_nodes``).
 Everything is real: a fake agent CLI subprocess, detached shep workers, SIGKILL.
 """
 
@@ -47,7 +47,7 @@ class Chaos:
         binary.parent.mkdir()
         binary.write_text(f"#!{sys.executable}\n" + FAKE.read_text())
         binary.chmod(0o755)
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(__file__).resolve().parents[3])
         self.env = {
             **os.environ,
             "SHEP_HOME": str(self.home),

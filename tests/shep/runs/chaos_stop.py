@@ -1,7 +1,7 @@
 """Chaos with stopped workers: SIGSTOP at random moments, orphan checks, takeovers, SIGCONT.
 
-Used by tests/runtime/test_chaos_stop.py. Everything is real, as in
-``tests.runtime.chaos`` (whose ``Chaos`` this extends): detached shep workers,
+Used by tests/shep/runs/test_chaos_stop.py. Everything is real, as in
+``tests.shep.runs.chaos`` (whose ``Chaos`` this extends): detached shep workers,
 the fake agent CLI, signals, the SQLite store read back event by event.
 
 One *trial* disrupts the run's current worker once, at a random moment:
@@ -63,7 +63,7 @@ from projections.database import open_database
 from projections.tables import PROJECTION_TABLES
 from shep.home.procs import worker_alive
 from shep.runs.recovery import find_orphans, orphan_after
-from tests.runtime.chaos import FAKE, Chaos
+from tests.shep.runs.chaos import FAKE, Chaos
 
 #: orphan_after's lower bound (events.setting_values): a stopped worker's heartbeat
 #: must get this old before the orphan check is worth asking.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 FAKE = Path(__file__).with_name("fake_claude.py")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.runtime.conftest import agent_calls
+from tests.shep.runs.conftest import agent_calls
+from tests.support.cli import shep
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> None:

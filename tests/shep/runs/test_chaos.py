@@ -10,7 +10,7 @@ import pytest
 
 from events.audit import verify_chain
 from projections.database import PROJECTION_TABLES
-from tests.runtime.chaos import Chaos
+from tests.shep.runs.chaos import Chaos
 
 TRIALS = int(os.environ.get("SHEP_CHAOS_TRIALS", "50"))
 

@@ -35,7 +35,7 @@ from events.runs import (
 )
 from shep.home.procs import worker_alive
 from shep.workflows import get_workflow
-from tests.runtime.chaos_stop import StopChaos, StopReport, fencing_problems, log_problems
+from tests.shep.runs.chaos_stop import StopChaos, StopReport, fencing_problems, log_problems
 
 TRIALS = int(os.environ.get("SHEP_CHAOS_STOP_TRIALS", "50"))
 SEED = int(os.environ.get("SHEP_CHAOS_SEED", "1"))

@@ -17,10 +17,10 @@ import pytest
 
 from events.postgres_verify import verify_pg_chain
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.postgres_server import PostgresServer
-from tests.runtime.conftest import agent_calls, agent_log, fake_claude, repo
-from tests.runtime.test_background_recovery import run_row, start_background, wait_for
+from tests.shep.runs.conftest import agent_calls, agent_log, fake_claude, repo
+from tests.shep.runs.test_background_recovery import run_row, start_background, wait_for
+from tests.support.cli import shep
+from tests.support.postgres_server import PostgresServer
 
 __all__ = ["agent_log", "fake_claude", "repo"]
 

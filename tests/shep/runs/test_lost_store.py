@@ -19,8 +19,8 @@ import apsw
 import pytest
 
 from shep.home.procs import pid_alive
-from tests.runtime.conftest import agent_calls
-from tests.runtime.test_background_recovery import run_row, start_background, wait_for
+from tests.shep.runs.conftest import agent_calls
+from tests.shep.runs.test_background_recovery import run_row, start_background, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -28,9 +28,9 @@ from projections.database import open_database
 from shep.home.identity import host_name, process_start
 from shep.home.procs import pid_alive
 from shep.runs.recovery import find_orphans
-from tests.e2e.cli import shep
-from tests.runtime.conftest import agent_calls
-from tests.runtime.test_background_recovery import run_row, start_background, wait_for
+from tests.shep.runs.conftest import agent_calls
+from tests.shep.runs.test_background_recovery import run_row, start_background, wait_for
+from tests.support.cli import shep
 
 NODES = ["scan", "dependencies", "patterns", "report"]
 

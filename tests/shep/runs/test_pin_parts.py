@@ -12,7 +12,7 @@ import pytest
 from shep.runs.pin import migrate_checkpoint, next_nodes
 from shep.workflows.base import Migration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 PRINT = (
     "from shep.workflows.shape import current_pin\n"

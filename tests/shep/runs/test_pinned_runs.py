@@ -27,7 +27,7 @@ from events.versions import SHEP_VERSION
 
 pytestmark = pytest.mark.timeout(240)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 #: The plug-in workflow: draft (agent, writes plan.md) -> review (gate on plan.md) -> LAST
 #: (agent). Version 1 calls the last step ``summarize``; version 2 renamed it ``report``.

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import shep
-from tests.runtime.conftest import agent_calls
+from tests.shep.runs.conftest import agent_calls
+from tests.support.cli import shep
 
 
 def test_run_without_agent_is_one_line(repo: Path) -> None:

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.gates.conftest import agent_log, fake_claude, repo, test_workflows
-from tests.runtime.conftest import agent_calls
-from tests.runtime.test_background_recovery import wait_for
+from tests.shep.nodes.conftest import agent_log, fake_claude, repo, test_workflows
+from tests.shep.runs.conftest import agent_calls
+from tests.shep.runs.test_background_recovery import wait_for
+from tests.support.cli import shep
 
 __all__ = ["agent_log", "fake_claude", "repo", "test_workflows"]
 

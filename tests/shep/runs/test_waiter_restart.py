@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.gates.conftest import agent_log, fake_claude, repo, test_workflows
-from tests.postgres_server import PostgresServer
-from tests.runtime.test_background_recovery import wait_for
+from tests.shep.nodes.conftest import agent_log, fake_claude, repo, test_workflows
+from tests.shep.runs.test_background_recovery import wait_for
+from tests.support.cli import shep
+from tests.support.postgres_server import PostgresServer
 
 __all__ = ["agent_log", "fake_claude", "repo", "test_workflows"]
 

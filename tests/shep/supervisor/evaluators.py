@@ -39,7 +39,7 @@ from events.inbox import (
 from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade, SupervisorDecisionRefused
 from shep.home.identity import host_name, process_start
-from tests.feature.conftest import git
+from tests.shep.workflows.conftest import git
 
 Reply = str | BaseException | Callable[[str], str]
 

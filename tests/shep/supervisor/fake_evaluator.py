@@ -4,7 +4,7 @@ Installed as the configured claude-code binary (``install``), it reads the
 prompt from stdin. A prompt that starts with "You are shep's supervisor" is
 the supervisor's: it is answered with a JSON verdict, in the format asked for
 (``--output-format json``, or ``stream-json``). Any other prompt is a workflow
-step: ``tests/runtime/fake_claude.py`` answers it (with ``FAKE_AGENT_FAIL`` as
+step: ``tests/shep/runs/fake_claude.py`` answers it (with ``FAKE_AGENT_FAIL`` as
 its ``FAKE_FAIL``), so one binary serves the workflow and the supervisor.
 
 The verdict, by environment variable:
@@ -38,7 +38,7 @@ SUPERVISOR_PROMPT = "You are shep's supervisor"
 DEFAULT_VERDICT = json.dumps(
     {"verdict": "approve", "rationale": "The fake evaluator approves.", "confidence": 0.9}
 )
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def install(directory: Path) -> Path:
@@ -49,7 +49,7 @@ def install(directory: Path) -> Path:
         f"#!{sys.executable}\n"
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.supervisor.fake_evaluator import main\n"
+        "from tests.shep.supervisor.fake_evaluator import main\n"
         "sys.exit(main())\n"
     )
     binary.chmod(0o755)
@@ -151,7 +151,7 @@ def main() -> int:
     os.environ.pop("FAKE_FAIL", None)
     if os.environ.get("FAKE_AGENT_FAIL"):
         os.environ["FAKE_FAIL"] = os.environ["FAKE_AGENT_FAIL"]
-    from tests.runtime import fake_claude
+    from tests.shep.runs import fake_claude
 
     sys.stdin = io.StringIO(prompt)
     return fake_claude.main()

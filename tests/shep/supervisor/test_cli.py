@@ -1,7 +1,7 @@
 """The supervisor's CLI as a user meets it: flags, policies, off, what-if, claimed identities.
 
-Every command is the real CLI in a subprocess (``tests.e2e.cli.shep``); inbox
-items are made at the store level (``tests.gates.store_items``) on runs owned by
+Every command is the real CLI in a subprocess (``tests.support.cli.shep``); inbox
+items are made at the store level (``tests.support.store_items``) on runs owned by
 this test process, so no worker starts and nothing but the command under test
 writes. A bad input is one line on stderr and exit 2, never a traceback.
 """
@@ -35,11 +35,11 @@ from events.supervisor import Guardrails, SupervisorDecisionMade
 from shep.home.identity import host_name, process_start
 from shep.supervisor.evaluate import Evaluator
 from shep.supervisor.loop import Supervisor
-from tests.e2e.cli import shep
-from tests.gates.event_log import read_events
-from tests.gates.store_items import REVIEW_NODES, ask_on_new_run, gate, question
-from tests.supervisor.fake_evaluator import calls
-from tests.supervisor.test_process import Fake, evaluator, repo, tracked, workflows
+from tests.shep.supervisor.fake_evaluator import calls
+from tests.shep.supervisor.test_process import Fake, evaluator, repo, tracked, workflows
+from tests.support.cli import shep
+from tests.support.event_log import read_events
+from tests.support.store_items import REVIEW_NODES, ask_on_new_run, gate, question
 
 __all__ = ["evaluator", "repo", "workflows"]
 

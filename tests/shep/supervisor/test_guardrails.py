@@ -25,8 +25,7 @@ from events.store import EventStore
 from events.supervisor import Guardrails, RuleResult, SupervisorDecisionMade
 from shep.supervisor import guardrails
 from shep.supervisor.loop import Supervisor
-from tests.feature.conftest import git, make_repo
-from tests.supervisor.evaluators import (
+from tests.shep.supervisor.evaluators import (
     ScriptedEvaluator,
     ask,
     collaboration,
@@ -39,6 +38,7 @@ from tests.supervisor.evaluators import (
     reply,
     tracked,
 )
+from tests.shep.workflows.conftest import git, make_repo
 
 Before = list[tuple[type[Event], dict[str, Any]]]
 

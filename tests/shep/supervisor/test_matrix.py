@@ -5,7 +5,7 @@ workflow's prd, plan and merge gates, and a question): what it records, and
 whether the item got decided. Then cosign's two signatures in both orders,
 the user winning over the supervisor (before and after it decides), the
 evaluator failing, and the flag being off. The evaluator is scripted
-(``tests.supervisor.evaluators``): nothing here starts a process.
+(``tests.shep.supervisor.evaluators``): nothing here starts a process.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from events.supervisor import SupervisorDecisionMade
 from shep.home.identity import host_name, process_start
 from shep.supervisor.loop import Supervisor
 from shep.supervisor.prompt import PROMPT_VERSION
-from tests.supervisor.evaluators import (
+from tests.shep.supervisor.evaluators import (
     ScriptedEvaluator,
     ask,
     collaboration,

@@ -25,7 +25,7 @@ from events.supervisor import (
     PolicyDisabled,
     PolicyEnabled,
 )
-from tests.supervisor.evaluators import policy
+from tests.shep.supervisor.evaluators import policy
 
 RUN = UUID(int=42)
 REPO = "/src/app"

@@ -2,7 +2,7 @@
 
 Real subprocesses throughout: ``shep`` commands, background workers running
 ``gated-review`` with the fake claude, the supervisor that a worker (or a
-user's cosign vote) starts, and the fake evaluator (tests/supervisor/fake_evaluator.py)
+user's cosign vote) starts, and the fake evaluator (tests/shep/supervisor/fake_evaluator.py)
 that the supervisor consults through the executor port. One configured binary
 serves both: the fake answers the supervisor's prompt with a verdict and hands
 workflow steps to the fake claude.
@@ -38,8 +38,10 @@ from events.store import EventStore
 from events.supervisor import SupervisorDecisionMade, SupervisorDecisionRefused
 from shep.home.procs import pid_alive
 from shep.supervisor.prompt import PROMPT_VERSION
-from tests.e2e.cli import shep
-from tests.gates.event_log import (
+from tests.shep.runs.conftest import agent_calls
+from tests.shep.supervisor.fake_evaluator import calls, install
+from tests.support.cli import shep
+from tests.support.event_log import (
     decisions_of,
     of_type,
     read_events,
@@ -49,11 +51,9 @@ from tests.gates.event_log import (
     wait_for_waiting,
     wait_until,
 )
-from tests.gates.store_items import ask_on_new_run, gate
-from tests.runtime.conftest import agent_calls
-from tests.supervisor.fake_evaluator import calls, install
+from tests.support.store_items import ask_on_new_run, gate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SUPERVISOR = "supervisor:global@1"
 ANSWER_LARGE = json.dumps(
     {"verdict": "answer", "answer": "large", "rationale": "The change is wide.", "confidence": 0.8}
@@ -78,8 +78,8 @@ class Fake:
 
 @pytest.fixture(autouse=True)
 def workflows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers (and the CLI) register tests/gates/workflows.py's gated-review."""
-    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.gates.workflows")
+    """Workers (and the CLI) register tests/support/workflows.py's gated-review."""
+    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.support.workflows")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 

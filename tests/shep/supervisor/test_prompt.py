@@ -18,7 +18,7 @@ from events.store import EventStore
 from shep.supervisor import prompt as prompt_module
 from shep.supervisor.loop import Supervisor
 from shep.supervisor.prompt import Reply, build_prompt, fence, input_hash, read_reply
-from tests.supervisor.evaluators import (
+from tests.shep.supervisor.evaluators import (
     ScriptedEvaluator,
     ask,
     collaboration,

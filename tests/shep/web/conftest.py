@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from events.store import EventStore
-from tests.gates.store_items import ask_on_new_run, gate, question
-from tests.web.ui_server import UiServer
+from tests.shep.web.ui_server import UiServer
+from tests.support.store_items import ask_on_new_run, gate, question
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def make_home(root: Path) -> tuple[Path, dict[str, str]]:

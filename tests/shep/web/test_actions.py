@@ -22,15 +22,15 @@ from events.inbox import ApprovalGranted, ApprovalVoted
 from events.store import EventStore
 from shep.home.identity import user_actor
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.gates.store_items import ask_on_new_run, gate, question
-from tests.runtime.conftest import agent_calls, agent_log, fake_claude, repo
-from tests.runtime.test_background_recovery import run_row, start_background, wait_for
-from tests.web.ui_server import Reply, UiServer
+from tests.shep.runs.conftest import agent_calls, agent_log, fake_claude, repo
+from tests.shep.runs.test_background_recovery import run_row, start_background, wait_for
+from tests.shep.web.ui_server import Reply, UiServer
+from tests.support.cli import shep
+from tests.support.store_items import ask_on_new_run, gate, question
 
 __all__ = ["agent_log", "fake_claude", "repo"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _csrf(server: UiServer) -> str:
@@ -203,7 +203,7 @@ def test_a_gate_approved_on_the_page_resumes_the_run_to_completion(
 ) -> None:
     """gated-review, its question answered from the CLI, waits on its gate: approved over
     HTTP, a detached worker (named in the reply) takes the run to completed."""
-    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.gates.workflows")
+    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.support.workflows")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     run = shep("run", "gated-review", "--repo", str(repo), "--background", check=True)
     run_id = run.stdout.strip()

@@ -8,7 +8,7 @@ import re
 from shep.web.graph import graph_svg, layout
 from shep.workflows import WORKFLOWS
 from shep.workflows.shape import END, START, GraphShape, ShapeEdge, ShapeNode, workflow_shape
-from tests.gates.workflows import GATED_REVIEW
+from tests.support.workflows import GATED_REVIEW
 
 
 def test_the_shape_is_the_compiled_graphs_own() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from urllib.parse import urlencode
 
-from tests.web.ui_server import UiServer
+from tests.shep.web.ui_server import UiServer
 
 Served = tuple[UiServer, dict[str, str]]
 PAGES = ("/", "/inbox", "/features", "/audit", "/supervisor")

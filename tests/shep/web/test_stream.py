@@ -13,7 +13,7 @@ from commands.create_run import create_run
 from commands.record_agent_output import OutputItem, record_agent_output
 from commands.start_run import start_run
 from events.store import EventStore
-from tests.web.ui_server import UiServer
+from tests.shep.web.ui_server import UiServer
 
 
 def _frames(

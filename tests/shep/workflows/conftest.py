@@ -2,7 +2,7 @@
 
 Each test gets a fresh SHEP_HOME (``tests/conftest.py``), a repository made
 with git in ``tmp_path`` (branch ``main``, one commit), and
-``tests/feature/fake_feature_agent.py`` installed as the ``claude`` binary
+``tests/shep/workflows/fake_feature_agent.py`` installed as the ``claude`` binary
 that shep is configured to drive. ``FeatureAgent.script(...)`` says what the
 agent does in this test; ``FeatureAgent.calls()`` reads back what it did.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cli import shep
+from tests.support.cli import shep
 
 FAKE = Path(__file__).with_name("fake_feature_agent.py")
 

@@ -17,9 +17,8 @@ from events.features import (
     WorktreeSetupRan,
 )
 from events.runs import RunFailed
-from tests.e2e.cli import shep
-from tests.feature.conftest import FeatureAgent, git
-from tests.feature.test_feature_workflow import (
+from tests.shep.workflows.conftest import FeatureAgent, git
+from tests.shep.workflows.test_feature_workflow import (
     branches,
     decide,
     feat_new,
@@ -27,7 +26,8 @@ from tests.feature.test_feature_workflow import (
     only_run,
     run_events,
 )
-from tests.gates.event_log import of_type
+from tests.support.cli import shep
+from tests.support.event_log import of_type
 
 
 def test_the_setup_command_runs_in_the_worktree_with_the_features_variables(

@@ -31,9 +31,8 @@ from events.features import (
 )
 from events.runs import RunCompleted, RunCreated, RunFailed, RunStarted
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.feature.conftest import FeatureAgent, git
-from tests.feature.test_feature_workflow import (
+from tests.shep.workflows.conftest import FeatureAgent, git
+from tests.shep.workflows.test_feature_workflow import (
     assert_merged,
     branches,
     feat_new,
@@ -43,7 +42,8 @@ from tests.feature.test_feature_workflow import (
     show,
     snapshot_refs,
 )
-from tests.gates.event_log import of_type, read_events, wait_until
+from tests.support.cli import shep
+from tests.support.event_log import of_type, read_events, wait_until
 
 STOPPING = Path(__file__).with_name("stopping_git.py")
 HOOKS = (

@@ -42,9 +42,9 @@ from events.runs import (
     RunStarted,
 )
 from shep.home.procs import pid_alive
-from tests.e2e.cli import shep
-from tests.feature.conftest import FeatureAgent, git, make_repo
-from tests.gates.event_log import (
+from tests.shep.workflows.conftest import FeatureAgent, git, make_repo
+from tests.support.cli import shep
+from tests.support.event_log import (
     of_type,
     read_events,
     run_stream,

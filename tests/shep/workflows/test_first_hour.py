@@ -19,9 +19,9 @@ import pytest
 from events.features import FeatureMerged
 from events.runs import RunCompleted, RunCreated
 from shep.demo import SAMPLE_REPO
-from tests.feature.conftest import FeatureAgent, git
-from tests.feature.test_feature_workflow import feat_new
-from tests.gates.event_log import of_type, read_events, run_stream
+from tests.shep.workflows.conftest import FeatureAgent, git
+from tests.shep.workflows.test_feature_workflow import feat_new
+from tests.support.event_log import of_type, read_events, run_stream
 
 
 def _shep(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from shep.workflows.feature import FEATURE_WORKFLOW
-from tests.e2e.cli import shep
-from tests.feature.conftest import FeatureAgent
-from tests.feature.test_feature_workflow import feat_new, only_run
+from tests.shep.workflows.conftest import FeatureAgent
+from tests.shep.workflows.test_feature_workflow import feat_new, only_run
+from tests.support.cli import shep
 
 PROGRESS = re.compile(r"^\[(\d+)/8\] (\S+)")
 

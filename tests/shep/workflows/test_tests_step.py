@@ -21,10 +21,16 @@ import pytest
 from events.features import FeatureMerged, TestsRan
 from events.runs import RunCompleted
 from shep.workflows.test_command import detect_test_command, failure_reason, project_python
-from tests.e2e.cli import shep
-from tests.feature.conftest import FeatureAgent, git
-from tests.feature.test_feature_workflow import feat_new, inbox, only_run, run_events, tree_files
-from tests.gates.event_log import of_type, wait_for_status
+from tests.shep.workflows.conftest import FeatureAgent, git
+from tests.shep.workflows.test_feature_workflow import (
+    feat_new,
+    inbox,
+    only_run,
+    run_events,
+    tree_files,
+)
+from tests.support.cli import shep
+from tests.support.event_log import of_type, wait_for_status
 
 #: The project: a package, and a test that imports it (as the demo's sample repository does).
 PROJECT = {

@@ -1,8 +1,8 @@
-"""One entry of the corpus of real stores (``tests/histories/<version>/``): its files, how it
-is unpacked, what a user reads from it, and how those reads are compared.
+"""One entry of the corpus of real stores (``tests/support/histories/<version>/``): its files,
+how it is unpacked, what a user reads from it, and how those reads are compared.
 
 An entry is a whole world made by really running one version of shep
-(``python -m tests.corpus.make``): a shep home and the git repositories its
+(``python -m tests.support.corpus.make``): a shep home and the git repositories its
 runs work on. The store records absolute paths (each run's repository, a
 feature's worktree under the home), and git's worktrees link to each other by
 absolute paths, so a world lives at the same place on every machine:
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-HISTORIES = ROOT / "tests" / "histories"
+ROOT = Path(__file__).resolve().parents[3]
+HISTORIES = ROOT / "tests" / "support" / "histories"
 #: Where every world is unpacked: the same absolute path everywhere (see the module's doc).
 WORLDS = Path("/tmp/shep-histories")
 #: How the world's root is written in the recorded outputs.
@@ -89,7 +89,7 @@ def environment(root: Path) -> dict[str, str]:
         "LOGNAME": "alice",
         "SHEP_HOST": "vm",
         "SHEP_HOME": str(root / "home"),
-        "SHEP_WORKFLOW_MODULES": "tests.gates.workflows",
+        "SHEP_WORKFLOW_MODULES": "tests.support.workflows",
         "SHEP_DEMO_DELAY": "0.05",
         "TZ": "UTC",
         "LANG": "C.UTF-8",

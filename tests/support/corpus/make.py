@@ -1,15 +1,15 @@
-"""Make the corpus entry of this version of shep: ``python -m tests.corpus.make``.
+"""Make the corpus entry of this version of shep: ``python -m tests.support.corpus.make``.
 
-(``python -m tests.corpus.make --convert STORE.db.gz VERSION`` makes the entry of a
+(``python -m tests.support.corpus.make --convert STORE.db.gz VERSION`` makes the entry of a
 store an older shep wrote, as this shep's first command leaves it, with what this shep
-reads of it as the reference: how ``tests/histories/0.1.0/`` was made from
+reads of it as the reference: how ``tests/support/histories/0.1.0/`` was made from
 ``tests/events/stores/shep-0.1.0.db.gz``.)
 
 Runs the real CLI (subprocesses, the built-in demo agent) in a world at
 ``/tmp/shep-histories/<version>`` until its store holds runs at every
 interesting point, records what a user reads of it, and writes
-``tests/histories/<version>/`` (replacing what was there; see
-``tests/corpus/entry.py`` for the files). The version is ``SHEP_VERSION``
+``tests/support/histories/<version>/`` (replacing what was there; see
+``tests/support/corpus/entry.py`` for the files). The version is ``SHEP_VERSION``
 (events/versions.py). Run ids, times and pids differ from one making to the
 next; what the entry holds does not.
 
@@ -27,7 +27,7 @@ The story, one run each (its name in ``runs.json``):
 - ``supervised``: a feature in a repository whose supervisor policy is
   autonomous but for the merge: the supervisor answers its question and
   approves its requirements and plan; it waits on a person for the merge.
-- ``deadline``: gated-review (tests/gates/workflows.py) with a question whose
+- ``deadline``: gated-review (tests/support/workflows.py) with a question whose
   deadline passes: the recommended option is applied by ``system:deadline``;
   it waits on its approval gate.
 - ``implementing``: a feature whose worker is SIGKILLed in its implement step,
@@ -49,8 +49,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.corpus import shared
-from tests.corpus.entry import (
+from tests.support.corpus import shared
+from tests.support.corpus.entry import (
     HISTORIES,
     Entry,
     pack_store,
@@ -64,7 +64,7 @@ from tests.corpus.entry import (
     world_root,
 )
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shep" / "demo" / "sample_repo"
+SAMPLE = Path(__file__).resolve().parents[3] / "shep" / "demo" / "sample_repo"
 FEATURE = "Add a low-stock report listing items below their reorder level"
 #: A fixed author and date: the repositories' first commits are the same on every making.
 _GIT_DATES = {
@@ -362,8 +362,9 @@ def main(argv: list[str]) -> int:
         entry = make(SHEP_VERSION)
     else:
         print(
-            f"usage: python -m tests.corpus.make  (makes tests/histories/{SHEP_VERSION}/)\n"
-            "       python -m tests.corpus.make --convert STORE.db.gz VERSION"
+            "usage: python -m tests.support.corpus.make"
+            f"  (makes tests/support/histories/{SHEP_VERSION}/)\n"
+            "       python -m tests.support.corpus.make --convert STORE.db.gz VERSION"
         )
         return 2
     sizes = ", ".join(

@@ -1,7 +1,7 @@
 """An entry's shared-store copy: its store moved into PostgreSQL (``shep store migrate``),
 kept as ``shared.sql.gz`` (``pg_dump``, plain SQL), restored on a throwaway server.
 
-Made only where PostgreSQL's binaries are (Debian's, see tests/postgres_server.py).
+Made only where PostgreSQL's binaries are (Debian's, see tests/support/postgres_server.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from tests.corpus.entry import Entry, shep
-from tests.postgres_server import PostgresServer, find_binaries
+from tests.support.corpus.entry import Entry, shep
+from tests.support.postgres_server import PostgresServer, find_binaries
 
 SHARED = "shared.sql.gz"
 

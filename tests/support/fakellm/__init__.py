@@ -9,7 +9,7 @@
 See /work/shared/agent-cli-samples/README.md for how each CLI is pointed at it.
 """
 
-from tests.fakellm.script import DEFAULT_TEXT, ErrorReply, Reply, ToolCall
-from tests.fakellm.server import FakeLLM, RecordedRequest
+from tests.support.fakellm.script import DEFAULT_TEXT, ErrorReply, Reply, ToolCall
+from tests.support.fakellm.server import FakeLLM, RecordedRequest
 
 __all__ = ["DEFAULT_TEXT", "ErrorReply", "FakeLLM", "RecordedRequest", "Reply", "ToolCall"]

@@ -1,4 +1,4 @@
-"""``python -m tests.fakellm [--port N] [--script replies.json]``: run the server by hand.
+"""``python -m tests.support.fakellm [--port N] [--script replies.json]``: run the server by hand.
 
 A script file is a JSON list of replies, taken in order, one per model call:
 ``{"text": "..."}``, ``{"tool_call": {"name": "Write", "arguments": {...}}, "text": "..."}``,
@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.fakellm import DEFAULT_TEXT, FakeLLM
+from tests.support.fakellm import DEFAULT_TEXT, FakeLLM
 
 
 def load_script(llm: FakeLLM, entries: list[dict[str, Any]]) -> None:
@@ -41,7 +41,7 @@ def load_script(llm: FakeLLM, entries: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fakellm",
+        prog="python -m tests.support.fakellm",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

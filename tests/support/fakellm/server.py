@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from tests.fakellm import wire_anthropic, wire_gemini, wire_openai
-from tests.fakellm.script import (
+from tests.support.fakellm import wire_anthropic, wire_gemini, wire_openai
+from tests.support.fakellm.script import (
     DEFAULT_TEXT,
     ErrorReply,
     Reply,

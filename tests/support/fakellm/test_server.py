@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.fakellm import DEFAULT_TEXT, FakeLLM
-from tests.fakellm.__main__ import load_script
-from tests.fakellm.script import chunk_text, fill_schema
+from tests.support.fakellm import DEFAULT_TEXT, FakeLLM
+from tests.support.fakellm.__main__ import load_script
+from tests.support.fakellm.script import chunk_text, fill_schema
 
 ANTHROPIC = "/v1/messages?beta=true"
 RESPONSES = "/v1/responses"
@@ -433,10 +433,10 @@ def test_load_script_queues_texts_tools_and_errors(llm: FakeLLM) -> None:
 
 
 def test_module_runs_as_a_server_from_the_command_line() -> None:
-    """``python -m tests.fakellm`` prints its URL and answers until it is stopped."""
-    root = Path(__file__).resolve().parents[2]
+    """``python -m tests.support.fakellm`` prints its URL and answers until it is stopped."""
+    root = Path(__file__).resolve().parents[3]
     with subprocess.Popen(
-        [sys.executable, "-m", "tests.fakellm", "--quiet"],
+        [sys.executable, "-m", "tests.support.fakellm", "--quiet"],
         cwd=root,
         stdout=subprocess.PIPE,
         text=True,

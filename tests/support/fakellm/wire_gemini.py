@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from tests.fakellm.script import (
+from tests.support.fakellm.script import (
     Body,
     ErrorReply,
     Reply,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tests.fakellm.script import (
+from tests.support.fakellm.script import (
     Body,
     ErrorReply,
     Reply,

@@ -19,7 +19,7 @@ from shep.cli.docgen.blocks import MarkerError, find_blocks, replace_blocks
 from shep.cli.docgen.pages import SCENARIOS, Played, compare, missing, page_paths, play
 from shep.cli.docgen.scratch import ScenarioError, Scratch
 from shep.cli.docgen.stable import loosened, mask, stand_in
-from tests.postgres_server import REQUIRE_ENV
+from tests.support.postgres_server import REQUIRE_ENV
 
 
 def _hex(n: int) -> str:

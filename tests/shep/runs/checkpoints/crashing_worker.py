@@ -1,6 +1,6 @@
 """A worker that dies (``os._exit``) as the ``implement`` node starts: a SIGKILL stand-in.
 
-    python -m tests.checkpointer.crashing_worker DB RUN_ID_HEX
+    python -m tests.shep.runs.checkpoints.crashing_worker DB RUN_ID_HEX
 
 The run must exist and be running. Each node records ``NodeStarted`` through the
 command (a direct append that the saver's next append conflicts with) and enqueues
@@ -16,7 +16,7 @@ from uuid import UUID
 from commands.record_node import record_node_started
 from events.store import EventStore
 from shep.runs.checkpoints import EventStoreCheckpointSaver
-from tests.checkpointer.graphs import linear_graph, node_completed
+from tests.shep.runs.checkpoints.graphs import linear_graph, node_completed
 
 CRASH_AT = "implement"
 EXIT_CODE = 37

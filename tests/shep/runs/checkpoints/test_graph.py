@@ -21,10 +21,10 @@ from events.checkpoints import CheckpointSaved, WritesSaved
 from events.runs import NodeCompleted, NodeStarted
 from events.store import EventStore
 from shep.runs.checkpoints import EventStoreCheckpointSaver
-from tests.checkpointer import crashing_worker
-from tests.checkpointer.graphs import NODES, linear_graph, node_completed
+from tests.shep.runs.checkpoints import crashing_worker
+from tests.shep.runs.checkpoints.graphs import NODES, linear_graph, node_completed
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture
@@ -201,7 +201,13 @@ def test_a_killed_worker_resumes_without_rerunning_completed_nodes(
     run_id = new_run(store)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SHEP_HOME": str(shep_home)}
     worker = subprocess.run(
-        [sys.executable, "-m", "tests.checkpointer.crashing_worker", str(db_path), run_id.hex],
+        [
+            sys.executable,
+            "-m",
+            "tests.shep.runs.checkpoints.crashing_worker",
+            str(db_path),
+            run_id.hex,
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -17,7 +17,7 @@ from projections.catch_up import catch_up, rebuild
 from projections.checkpoints import CHECKPOINTS
 from projections.database import lag, open_database
 from shep.runs.checkpoints import EventStoreCheckpointSaver
-from tests.checkpointer.graphs import NODES, linear_graph
+from tests.shep.runs.checkpoints.graphs import NODES, linear_graph
 
 
 def snapshot(conn: apsw.Connection) -> dict[str, list[tuple[Any, ...]]]:

@@ -23,7 +23,7 @@ from events.checkpoints import CheckpointSaved, ThreadDeleted, ThreadPruned, Wri
 from events.runs import NodeCompleted
 from events.store import EventStore
 from shep.runs.checkpoints import EventStoreCheckpointSaver, thread_stream_id
-from tests.checkpointer.graphs import node_completed
+from tests.shep.runs.checkpoints.graphs import node_completed
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from tests.runtime.conftest import agent_log, fake_claude, repo
+from tests.shep.runs.conftest import agent_log, fake_claude, repo
 
 __all__ = ["agent_log", "fake_claude", "repo"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 REQUIRE_ENV = "SHEP_REQUIRE_BROWSER"
 SCREENSHOTS_ENV = "SHEP_WRITE_SCREENSHOTS"
 CHROMIUM = os.environ.get("SHEP_CHROMIUM", "/usr/bin/chromium")
@@ -95,8 +95,8 @@ def page(browser: Any) -> Iterator[Watched]:
 
 @pytest.fixture
 def test_workflows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers (and the server) register tests/gates/workflows.py's workflows."""
-    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.gates.workflows")
+    """Workers (and the server) register tests/support/workflows.py's workflows."""
+    monkeypatch.setenv("SHEP_WORKFLOW_MODULES", "tests.support.workflows")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 

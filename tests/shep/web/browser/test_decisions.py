@@ -15,10 +15,10 @@ from playwright.sync_api import expect
 
 from events.store import EventStore
 from shep.home.identity import user_actor
-from tests.browser.conftest import Watched, screenshot
-from tests.e2e.cli import shep
-from tests.gates.store_items import ask_on_new_run, gate, question
-from tests.web.ui_server import UiServer
+from tests.shep.web.browser.conftest import Watched, screenshot
+from tests.shep.web.ui_server import UiServer
+from tests.support.cli import shep
+from tests.support.store_items import ask_on_new_run, gate, question
 
 
 def _post_from_page(page: Any, path: str, form: dict[str, str]) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import Watched
-from tests.e2e.cli import shep
-from tests.web.ui_server import UiServer
+from tests.shep.web.browser.conftest import Watched
+from tests.shep.web.ui_server import UiServer
+from tests.support.cli import shep
 
 #: What an agent might write to take over a page: a script, an event handler, a link,
 #: a right-to-left override hiding what follows, an escape sequence.

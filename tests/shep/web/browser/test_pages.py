@@ -13,9 +13,9 @@ from playwright.sync_api import expect
 
 from shep.demo import SAMPLE_REPO
 from shep.git.command import run_git
-from tests.browser.conftest import Watched, screenshot
-from tests.e2e.cli import shep
-from tests.web.ui_server import UiServer
+from tests.shep.web.browser.conftest import Watched, screenshot
+from tests.shep.web.ui_server import UiServer
+from tests.support.cli import shep
 
 FEATURE = "Add a low-stock report listing items below their reorder level"
 PHONE = {"width": 390, "height": 844}
