@@ -380,12 +380,12 @@ def bench_follow_latency(home: Path, samples: int) -> dict[str, float]:
 class _GatedRuns:
     """Runs of ``real-gate`` (agent, gate, agent) with the fake claude, in one SHEP_HOME.
 
-    The workflow comes from tests/integration/gate_workflows.py (SHEP_WORKFLOW_MODULES);
-    the agent is tests/runtime/fake_claude.py, which answers at once.
+    The workflow comes from tests/support/real_gate_workflows.py (SHEP_WORKFLOW_MODULES);
+    the agent is tests/shep/runs/fake_claude.py, which answers at once.
     """
 
     def __init__(self, workdir: Path) -> None:
-        from tests.runtime.chaos import FAKE
+        from tests.shep.runs.chaos import FAKE
 
         self.home = workdir / "home"
         self.home.mkdir(parents=True, mode=0o700)
@@ -399,7 +399,7 @@ class _GatedRuns:
         self.env = {
             **os.environ,
             "SHEP_HOME": str(self.home),
-            "SHEP_WORKFLOW_MODULES": "tests.integration.gate_workflows",
+            "SHEP_WORKFLOW_MODULES": "tests.support.real_gate_workflows",
             "PYTHONPATH": str(ROOT),
             "FAKE_DELAY": "0",
             "PATH": f"{binary.parent}{os.pathsep}{os.environ['PATH']}",
@@ -493,8 +493,8 @@ def bench_approve_to_resume(workdir: Path, samples: int) -> dict[str, float]:
     """
     _compile_sources(
         ROOT / "tests" / "__init__.py",
-        ROOT / "tests" / "integration" / "__init__.py",
-        ROOT / "tests" / "integration" / "gate_workflows.py",
+        ROOT / "tests" / "support" / "__init__.py",
+        ROOT / "tests" / "support" / "real_gate_workflows.py",
     )
     runs = _GatedRuns(workdir)
     base = [sys.executable, "-c", "import langgraph.graph"]
@@ -532,7 +532,7 @@ def bench_approve_to_resume(workdir: Path, samples: int) -> dict[str, float]:
 
 def bench_resume(workdir: Path, kills: int) -> dict[str, float]:
     """SIGKILL background workers at random moments and resume: count re-executed nodes."""
-    from tests.runtime.chaos import Chaos
+    from tests.shep.runs.chaos import Chaos
 
     workdir.mkdir()
     report = Chaos(workdir, seed=11).run(kills)

@@ -12,7 +12,7 @@
   store (its copy up to date: one query finds nothing new) over the same
   command on a home whose shep.db holds the same log; lower is better, 1 is par.
 
-The server is a throwaway cluster (``tests/postgres_server.py``) with fsync on
+The server is a throwaway cluster (``tests/support/postgres_server.py``) with fsync on
 and synchronous_commit on, so a commit waits for the disk as a real one does.
 Without PostgreSQL's binaries the figures are left out, with a note.
 """
@@ -40,7 +40,7 @@ from benchmarks.run import (
     _wall,
 )
 from events.store import EventStore
-from tests.postgres_server import PostgresServer, find_binaries
+from tests.support.postgres_server import PostgresServer, find_binaries
 
 WRITERS = 8
 

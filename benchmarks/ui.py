@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
 
-from tests.web.ui_server import UiServer  # noqa: E402
+from tests.shep.web.ui_server import UiServer  # noqa: E402
 
 IDLE_SECONDS = 10.0
 PAGES = 100

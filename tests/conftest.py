@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from events.store import EventStore
-from tests.postgres_server import REQUIRE_ENV, PostgresServer, find_binaries
+from tests.support.postgres_server import REQUIRE_ENV, PostgresServer, find_binaries
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,8 @@
 - No module over 600 lines.
 - No import of another module's ``_private`` name, no ``obj._private`` on another object.
 - Only ``shep/home/procs.py`` reads processes (psutil, ``/proc``).
+- tests/ mirrors the code: each folder is a package's (``tests/shep/runs`` for ``shep/runs``)
+  or one of a few named ones (whole-CLI tests, shared tooling); see tests/README.md.
 """
 
 from __future__ import annotations
@@ -364,6 +366,48 @@ def test_no_private_names_across_modules() -> None:
 def test_only_procs_reads_processes() -> None:
     """psutil and /proc are read in one module, so shep runs where psutil does."""
     _ratchet("procs", procs())
+
+
+#: Folders under tests/ that are no code package, each with its reason; an entry covers the
+#: folders below it. Every other folder mirrors one: tests/shep/runs tests shep/runs.
+TEST_FOLDERS_OF_THEIR_OWN = {
+    "cli": "whole-CLI tests: `shep` run as a subprocess, across packages",
+    "support": "test tooling shared by several folders (fake LLM, corpus, PostgreSQL server)",
+    "shep/web/browser": "Chromium, started once for its package of tests",
+    "shep/agents/samples": "captured agent CLI output (data)",
+    "shep/agents/fakes": "the fake agent CLI, run as a subprocess",
+    "events/stores": "stores written by older releases (data)",
+}
+#: Files at the top of tests/: the shared fixtures and the checks of the whole repository.
+TEST_ROOT_FILES = {"__init__.py", "conftest.py", "README.md", "test_layout.py",
+                   "test_readme_install.py"}  # fmt: skip
+
+
+def stray_test_folders() -> dict[str, str]:
+    tests = ROOT / "tests"
+    found = {}
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = folder.relative_to(tests)
+        if any(part.startswith((".", "__")) for part in rel.parts):
+            continue  # __pycache__, .pytest_cache
+        if any(
+            rel.as_posix() == k or rel.as_posix().startswith(k + "/")
+            for k in TEST_FOLDERS_OF_THEIR_OWN
+        ):
+            continue
+        if not (ROOT / rel / "__init__.py").is_file():
+            found[rel.as_posix()] = f"tests/{rel.as_posix()}: no package {rel.as_posix()}/"
+    for path in sorted(tests.iterdir()):
+        if path.is_file() and path.name not in TEST_ROOT_FILES:
+            found[path.name] = f"tests/{path.name}: a file at the top of tests/"
+    return found
+
+
+def test_tests_mirror_the_code() -> None:
+    """Each folder under tests/ is a code package's (tests/shep/runs for shep/runs) or one of
+    the few of their own (whole-CLI tests, shared tooling); a new folder must be one of them."""
+    found = stray_test_folders()
+    assert not found, f"tests/ does not mirror the code here: {sorted(found.values())}"
 
 
 if __name__ == "__main__":  # the current violations, to fill KNOWN: python tests/test_layout.py

@@ -18,7 +18,7 @@ modules share their imports (msgspec and the event classes), so importing the
 package costs what the single module did.
 """
 
-# tests/replay/test_builder.py pins these topics against the event catalog.
+# tests/shep/replay/test_builder.py pins these topics against the event catalog.
 from events.catalog import decode_event, topic_of
 from shep.replay.builder import (
     STORY_CLASSES,

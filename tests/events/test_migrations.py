@@ -31,8 +31,8 @@ from events.runs import AgentOutputRecorded
 from events.sqlite import ApswProcessRecorder
 from events.sqlite_datastore import ApswDatastore
 from events.store import EventStore
-from tests.e2e.cli import shep
 from tests.events.old_stores import EVENTS_0_1_0, HEAD_0_1_0, unpack_0_1_0
+from tests.support.cli import shep
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,8 +24,8 @@ from events.base import Event, reader_of, topic_of, utc_now
 from events.errors import UnknownEventError
 from events.settings import SETTINGS_STREAM_ID, AgentConfigured, SettingChanged
 from events.store import EventStore
-from tests.e2e.cli import shep
 from tests.events.old_stores import EVENTS_0_1_0, HEAD_0_1_0, unpack_0_1_0
+from tests.support.cli import shep
 
 #: This shep's version (the tests wear a newer one for a while).
 THIS_SHEP = versions.SHEP_VERSION

@@ -11,8 +11,8 @@ from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
 from projections.database import PROJECTION_INDEXES, has_schema, open_database
 from projections.schema import PROJECTIONS
-from tests.histories import random_run
 from tests.projections.test_rebuild import snapshot
+from tests.support.histories import random_run
 
 
 def indexes(conn: apsw.Connection) -> set[str]:

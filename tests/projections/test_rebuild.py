@@ -12,7 +12,7 @@ from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
 from projections.database import lag, open_database
 from projections.schema import PROJECTIONS
-from tests.histories import random_decisions, random_run
+from tests.support.histories import random_decisions, random_run
 
 
 def snapshot(conn: apsw.Connection) -> dict[str, list[tuple[object, ...]]]:

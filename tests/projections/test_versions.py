@@ -23,9 +23,9 @@ from projections.tables import (
     PROJECTION_VERSIONS,
     VERSIONS_TABLE,
 )
-from tests.e2e.cli import shep
-from tests.histories import random_decisions, random_run
 from tests.projections.test_rebuild import snapshot
+from tests.support.cli import shep
+from tests.support.histories import random_decisions, random_run
 
 
 def _history(store: EventStore, db_path: Path, runs: int = 15) -> apsw.Connection:

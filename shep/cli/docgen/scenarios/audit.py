@@ -3,7 +3,7 @@
 Two homes. The walkthrough's: one ``gated-review`` run with tests' fake
 ``claude``: alice answers, bob rejects the first draft with a reason that
 starts like a spreadsheet formula, alice approves the second. The
-supervisor's: the history ``tests/audit/test_supervisor_export.py`` builds
+supervisor's: the history ``tests/shep/audit/test_supervisor_export.py`` builds
 with the real commands (a supervisor that approves, is overridden, co-signs,
 is refused, advises), written into a home of its own.
 """
@@ -153,10 +153,10 @@ def _line_of(path: Path, topic: str) -> int:
 
 
 def _build_supervised_history(home: Path, repo: Path) -> None:
-    """The history tests/audit/test_supervisor_export.py decides, in a home of its own."""
+    """The history tests/shep/audit/test_supervisor_export.py decides, in a home of its own."""
     if str(CLONE) not in sys.path:
         sys.path.insert(0, str(CLONE))
-    builder = importlib.import_module("tests.audit.test_supervisor_export")
+    builder = importlib.import_module("tests.shep.audit.test_supervisor_export")
     from events.store import EventStore
 
     home.mkdir(mode=0o700)

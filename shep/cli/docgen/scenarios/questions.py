@@ -1,6 +1,6 @@
 """docs/questions-and-approvals.md's walkthrough and the README's inbox example.
 
-``gated-review`` (tests/gates/workflows.py) is draft (agent) -> scope
+``gated-review`` (tests/support/workflows.py) is draft (agent) -> scope
 (question) -> check (deterministic, writes shep-review.md) -> approve (gate on
 draft) -> finish (agent); the agent is tests' fake ``claude``. A notification
 command (``tee``) collects every new item. The runs:

@@ -1,7 +1,7 @@
 """docs/teams.md: two machines on one shared store, a real PostgreSQL server.
 
 Two shep homes stand for two machines (``SHEP_HOST`` names each): the laptop
-moves its log into a throwaway PostgreSQL cluster (tests/postgres_server.py:
+moves its log into a throwaway PostgreSQL cluster (tests/support/postgres_server.py:
 Debian's binaries, trust auth on a free loopback port, shown as 5432) and
 starts a feature there; the build box answers its question; then the server
 goes away and the build box reads its own copy of the log.
@@ -25,7 +25,7 @@ BUILDBOX = "[buildbox] "
 def _servers() -> ModuleType:
     if str(CLONE) not in sys.path:
         sys.path.insert(0, str(CLONE))
-    return importlib.import_module("tests.postgres_server")
+    return importlib.import_module("tests.support.postgres_server")
 
 
 def missing() -> str | None:
