@@ -222,9 +222,7 @@ KNOWN: dict[str, set[str]] = {
         "projections.database projections.catch_up projections.schema",
     },
     "arrows": set(),
-    "sizes": {
-        "shep.runs.checkpoints",
-    },
+    "sizes": set(),
     "private": set(),
     "procs": {
         "shep.agents.process /proc",

@@ -222,10 +222,11 @@ class RunContext:
         """Queue ``NodeCompleted`` (after ``before``) to join this step's checkpoint.
 
         A node returns before LangGraph saves its writes and the step's
-        checkpoint, so the events commit with them (see ``shep.runs.checkpoints``'s
-        outbox): after a crash a node is either completed with its result
-        saved, or re-run, never completed twice. The saver is fenced with our
-        epoch, so the batch is refused unless the run is still ours.
+        checkpoint, so the events commit with them (see
+        ``shep.runs.checkpoints.outbox``): after a crash a node is either
+        completed with its result saved, or re-run, never completed twice. The
+        saver is fenced with our epoch, so the batch is refused unless the run
+        is still ours.
         """
         items: list[tuple[type[Any], dict[str, Any]]] = [
             *before,
