@@ -10,8 +10,9 @@ import pytest
 
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
-from projections.database import lag, open_database
+from projections.database import open_database
 from projections.schema import PROJECTIONS
+from projections.state import lag
 from tests.histories import random_decisions, random_run
 
 
