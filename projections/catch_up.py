@@ -22,7 +22,9 @@ from datetime import datetime
 from typing import Any, cast
 
 import apsw
+import msgspec
 
+from events.base import Reader, reader_of
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
 from events.sqlite_file import immediate_transaction, store_error
@@ -142,28 +144,36 @@ def _apply(
     # Usually every projection is at the same position: then the handlers for an
     # event type are the same for the whole batch.
     uniform = len(set(tracked.values())) == 1
-    by_topic: dict[str, list[Handler]] = {}
+    by_topic: dict[str, tuple[list[Handler], Reader]] = {}
     last_time: datetime | None = None
     last_at = ""
     for position, stream, topic, state, chain in rows:
-        handlers = by_topic.get(topic) if uniform else None
-        if handlers is None:
+        known = by_topic.get(topic) if uniform else None
+        if known is None:
             kind = EVENT_CLASSES.get(topic)
             if kind is None:
                 raise UnknownEventError(topic)
-            handlers = [
-                handler
-                for projection in lagging
-                if position > tracked[projection.name]
-                and (handler := projection.handlers.get(kind)) is not None
-            ]
+            known = (
+                [
+                    handler
+                    for projection in lagging
+                    if position > tracked[projection.name]
+                    and (handler := projection.handlers.get(kind)) is not None
+                ],
+                reader_of(kind),
+            )
             if uniform:
-                by_topic[topic] = handlers
+                by_topic[topic] = known
+        handlers, read = known
         if not handlers:
             # Most events of a run (checkpoints, heartbeats) concern few projections:
             # decode only what some handler reads.
             continue
-        event = decode_event(topic, state)
+        try:
+            # The type's reader, looked up once per batch (most events are of a few types).
+            event = read(state)
+        except msgspec.ValidationError:
+            event = decode_event(topic, state)  # says what is wrong, or upcasts
         batch.position = position
         if event.timestamp != last_time:
             # Events appended together share their timestamp: format it once.
