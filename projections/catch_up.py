@@ -22,23 +22,25 @@ from datetime import datetime
 from typing import Any, cast
 
 import apsw
+import msgspec
 
+from events.base import Reader, reader_of
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
 from events.sqlite_file import immediate_transaction, store_error
 from projections.base import Batch, Handler, Projection, Writer
-from projections.database import (
+from projections.mirror import pull_registered
+from projections.schema import PROJECTIONS, create_tables, record_version
+from projections.state import (
     Progress,
     RebuildProgress,
-    ensure_schema,
     fold_cache,
     head_position,
     lag,
     positions,
+    schema_current,
     stored_versions,
 )
-from projections.mirror import pull_registered
-from projections.schema import PROJECTIONS, record_version
 from projections.tables import PROJECTION_VERSIONS
 
 _TRACK = (
@@ -60,7 +62,7 @@ def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True
     """Apply every event past the tracked positions; return how many events were read.
 
     Missing tables or indexes are created first, and a projection of another
-    version rebuilt (``ensure_schema``). A read-only store is left as it is: its
+    version rebuilt (``migrate``). A read-only store is left as it is: its
     projections are read as they are, and this returns 0. A home's copy of a
     shared log (``projections.mirror``) is brought up to date from the server first,
     unless the caller has just done so (``pull=False``).
@@ -70,7 +72,8 @@ def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True
     try:
         if conn.readonly("main") or lag(conn) <= 0:
             return 0
-        ensure_schema(conn)
+        if not schema_current(conn):
+            migrate(conn)
     except apsw.Error as e:
         raise store_error(e, conn.filename) from e
     total = 0
@@ -87,6 +90,18 @@ def catch_up(conn: apsw.Connection, *, batch_size: int = 5000, pull: bool = True
     except UnknownEventError as e:
         # An event a newer shep wrote: the refusal names it (the store says which).
         raise _naming_writer(conn, e) from None
+
+
+def migrate(conn: apsw.Connection, progress: Progress | None = None) -> None:
+    """Bring the store's projections to this shep: create what is missing, then rebuild
+    each projection built by another version, alone (``rebuild``: a kill leaves it as it
+    was or rebuilt, never half).
+
+    ``projections.database.open_database`` calls this only when the store's schema is
+    not current (``projections.state.schema_current``).
+    """
+    if changed := create_tables(conn):
+        rebuild(conn, changed, progress=progress, reason="changed", only_changed=True)
 
 
 def _catch_up_batch(
@@ -129,28 +144,36 @@ def _apply(
     # Usually every projection is at the same position: then the handlers for an
     # event type are the same for the whole batch.
     uniform = len(set(tracked.values())) == 1
-    by_topic: dict[str, list[Handler]] = {}
+    by_topic: dict[str, tuple[list[Handler], Reader]] = {}
     last_time: datetime | None = None
     last_at = ""
     for position, stream, topic, state, chain in rows:
-        handlers = by_topic.get(topic) if uniform else None
-        if handlers is None:
+        known = by_topic.get(topic) if uniform else None
+        if known is None:
             kind = EVENT_CLASSES.get(topic)
             if kind is None:
                 raise UnknownEventError(topic)
-            handlers = [
-                handler
-                for projection in lagging
-                if position > tracked[projection.name]
-                and (handler := projection.handlers.get(kind)) is not None
-            ]
+            known = (
+                [
+                    handler
+                    for projection in lagging
+                    if position > tracked[projection.name]
+                    and (handler := projection.handlers.get(kind)) is not None
+                ],
+                reader_of(kind),
+            )
             if uniform:
-                by_topic[topic] = handlers
+                by_topic[topic] = known
+        handlers, read = known
         if not handlers:
             # Most events of a run (checkpoints, heartbeats) concern few projections:
             # decode only what some handler reads.
             continue
-        event = decode_event(topic, state)
+        try:
+            # The type's reader, looked up once per batch (most events are of a few types).
+            event = read(state)
+        except msgspec.ValidationError:
+            event = decode_event(topic, state)  # says what is wrong, or upcasts
         batch.position = position
         if event.timestamp != last_time:
             # Events appended together share their timestamp: format it once.

@@ -1,13 +1,11 @@
 """The projections' tables: which projections exist, and making their schema.
 
-Imported only by writers (catch-up, rebuild) and when a store's schema is
-missing or of another version, so that reading a current store imports no
-projection module.
+Imported only by writers (catch-up, rebuild, and ``projections.catch_up.migrate``
+when a store's schema is missing or of another version), so that reading a
+current store imports no projection module.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import apsw
 
@@ -29,9 +27,6 @@ from projections.tables import (
     VERSIONS_TABLE,
 )
 
-if TYPE_CHECKING:
-    from projections.database import Progress
-
 PROJECTIONS: tuple[Projection, ...] = (RUNS, LOGS, INBOX, DECISIONS, CHECKPOINTS, FEATURES)
 assert tuple(p.name for p in PROJECTIONS) == PROJECTION_NAMES == tuple(PROJECTION_VERSIONS)
 assert tuple(t for p in PROJECTIONS for t in p.tables) == PROJECTION_TABLES
@@ -44,17 +39,6 @@ _VERSIONS_DDL = (
     "name TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID"
 )
 _SET_VERSION = f"INSERT OR REPLACE INTO {VERSIONS_TABLE} VALUES (?, ?)"
-
-
-def migrate(conn: apsw.Connection, progress: Progress | None = None) -> None:
-    """Bring the store's projections to this shep: create what is missing, then rebuild
-    each projection built by another version, alone (``projections.catch_up.rebuild``:
-    a kill leaves it as it was or rebuilt, never half).
-    """
-    if changed := create_tables(conn):
-        from projections.catch_up import rebuild
-
-        rebuild(conn, changed, progress=progress, reason="changed", only_changed=True)
 
 
 def create_tables(conn: apsw.Connection) -> tuple[str, ...]:

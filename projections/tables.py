@@ -1,5 +1,5 @@
 """The names the projections' schema is made of: said once, imported by the light reader
-(``projections.database``) and by the schema maker (``projections.schema``) alike.
+(``projections.state``) and by the schema maker (``projections.schema``) alike.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PROJECTION_INDEXES = (
 #: Each projection's version: bump it whenever the projection's tables change shape or its
 #: handlers change what they write. A store whose projection was built by another version
 #: has that projection, and only it, rebuilt from the log on its next open (see
-#: ``projections.schema.migrate``); the others are left as they are.
+#: ``projections.catch_up.migrate``); the others are left as they are.
 PROJECTION_VERSIONS = {
     # 2: nodes left running or waiting when a run ends show as stopped.
     "runs": 2,

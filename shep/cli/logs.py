@@ -13,9 +13,9 @@ import msgspec
 from events.display import printable, short_id
 from events.run_status import FINAL_STATUSES, RunStatus
 from projections.catch_up import catch_up
-from projections.database import head_position
 from projections.follow import LogFollower
 from projections.queries import get_run, iter_logs, resolve_run_id
+from projections.state import head_position
 from shep.home.runtime import Runtime
 
 FINAL = frozenset(s.value for s in FINAL_STATUSES)

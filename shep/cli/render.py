@@ -14,7 +14,7 @@ import click
 from events.words import counted
 
 if TYPE_CHECKING:
-    from projections.database import RebuildProgress
+    from projections.state import RebuildProgress
 
 
 def events_verify(count: int, between: str = "") -> str:

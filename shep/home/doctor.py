@@ -24,7 +24,7 @@ from events.errors import ShepError
 from events.postgres_url import redacted
 from events.sqlite_file import connect, store_error
 from events.words import counted
-from projections.database import has_schema, head_position, positions, stored_versions
+from projections.state import has_schema, head_position, positions, stored_versions
 from projections.tables import PROJECTION_NAMES, PROJECTION_VERSIONS
 from shep.home.procs import lock_holders
 from shep.home.versions import StoreVersions, WrittenVersions, get_store_versions

@@ -15,7 +15,8 @@ from events.errors import ShepError, StoreError, StoreUnavailableError
 from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
-from projections.database import has_schema, lag, open_database
+from projections.database import open_database
+from projections.state import has_schema, lag
 
 #: The file a home on a shared store keeps its copy of the log and its projections in.
 SHARED_COPY = "shared-cache.db"
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from events.store import EventStore
-    from projections.database import Progress
+    from projections.state import Progress
 
 
 def _discard(line: str) -> None:

@@ -19,7 +19,7 @@ from events.migrations import SCHEMA_WRITERS, read_meta, user_version
 from events.postgres_url import redacted
 from events.settings import AgentConfigured, SettingChanged
 from events.sqlite_file import connect, store_error
-from projections.database import stored_versions
+from projections.state import stored_versions
 from projections.tables import PROJECTION_VERSIONS
 
 #: Seconds ``shep --version`` and ``shep doctor`` wait for the shared store's server.

@@ -65,7 +65,7 @@ def open_writing(db_file: str) -> apsw.Connection:
 @contextmanager
 def reading(conn: apsw.Connection) -> Iterator[int]:
     """One read transaction; yields the log position the projections are at in it."""
-    from projections.database import positions
+    from projections.state import positions
 
     conn.execute("BEGIN")
     try:
@@ -81,7 +81,7 @@ def catch_up(conn: apsw.Connection, *, pull: bool) -> None:
 
 
 def head_position(conn: apsw.Connection) -> int:
-    from projections.database import head_position as head
+    from projections.state import head_position as head
 
     return head(conn)
 

@@ -23,9 +23,9 @@ import pytest
 
 from events.store import EventStore
 from projections.catch_up import SHADOW_PREFIX, rebuild
-from projections.database import PROJECTION_INDEXES, open_database
+from projections.database import open_database
 from projections.schema import PROJECTIONS
-from projections.tables import PROJECTION_NAMES, VERSIONS_TABLE
+from projections.tables import PROJECTION_INDEXES, PROJECTION_NAMES, VERSIONS_TABLE
 from tests.support.cli import shep
 from tests.support.histories import random_decisions, random_run
 

@@ -42,6 +42,7 @@ OURS = frozenset(
         "projections",
         "projections.tables",
         "projections.database",
+        "projections.state",
         "projections.queries",
         "projections.inbox_queries",
     }

@@ -10,8 +10,9 @@ from uuid import uuid4
 from events.base import utc_now
 from events.runs import HeartbeatRecorded
 from events.store import EventStore
-from projections.database import head_position, open_database
+from projections.database import open_database
 from projections.follow import LogFollower
+from projections.state import head_position
 
 #: Appends N heartbeats to a new stream of the store at PATH, one transaction each.
 WRITER = """

@@ -9,8 +9,10 @@ import apsw
 
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
-from projections.database import PROJECTION_INDEXES, has_schema, open_database
+from projections.database import open_database
 from projections.schema import PROJECTIONS
+from projections.state import has_schema
+from projections.tables import PROJECTION_INDEXES
 from tests.projections.test_rebuild import snapshot
 from tests.support.histories import random_run
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
 import pytest
 
+from events.errors import UnknownEventError
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
-from projections.database import lag, open_database
+from projections.database import open_database
 from projections.schema import PROJECTIONS
+from projections.state import lag
 from tests.support.histories import random_decisions, random_run
 
 
@@ -66,3 +69,30 @@ def test_catch_up_is_exactly_once_across_connections(store: EventStore, db_path:
     assert logs is not None
     assert logs[0] == logs[1] > 0
     assert catch_up(second) == 0
+
+
+@pytest.mark.parametrize("fold", [catch_up, rebuild])
+def test_a_later_version_of_a_folded_type_is_refused_not_misread(
+    store: EventStore, db_path: Path, fold: Callable[[apsw.Connection], int]
+) -> None:
+    """The fold reads each event type through its class's reader, looked up once per batch;
+    a state that reader does not take (here version 2 of ``AgentOutputRecorded``, which this
+    shep knows at version 1, written by a newer shep) is refused as the catalog refuses it,
+    naming the type and its version, and the projections are left as they were."""
+    conn = open_database(db_path)
+    run_id = random_run(store, random.Random(5))
+    catch_up(conn)
+    before = snapshot(conn)
+    version = store.stream_version(run_id)
+    later = (
+        b'{"class_version":2,"originator_id":"%s","originator_version":%d,'
+        b'"timestamp":"2026-01-01T00:00:00Z","node":"scan","kind":"text","text":"hi",'
+        b'"tool_name":null,"tool_id":null,"is_error":false,"channel":"stderr"}'
+        % (str(run_id).encode(), version + 1)
+    )
+    store.recorder.insert_rows(
+        [(run_id.hex, version + 1, "events.runs:AgentOutputRecorded", later)]
+    )
+    with pytest.raises(UnknownEventError, match=r"version 2 of events\.runs:AgentOutputRecorded"):
+        fold(conn)
+    assert snapshot(conn) == before

@@ -14,8 +14,9 @@ import pytest
 from events.errors import StoreError
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
-from projections.database import RebuildProgress, open_database, stored_versions
+from projections.database import open_database
 from projections.schema import PROJECTIONS
+from projections.state import RebuildProgress, stored_versions
 from projections.tables import (
     LEGACY_SCHEMA,
     LEGACY_SCHEMA_TABLE,

@@ -9,7 +9,7 @@ import apsw
 import pytest
 
 from events.audit import verify_chain
-from projections.database import PROJECTION_TABLES
+from projections.tables import PROJECTION_TABLES
 from tests.shep.runs.chaos import Chaos
 
 TRIALS = int(os.environ.get("SHEP_CHAOS_TRIALS", "50"))

@@ -15,7 +15,8 @@ from langgraph.types import Command, interrupt
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
 from projections.checkpoints import CHECKPOINTS
-from projections.database import lag, open_database
+from projections.database import open_database
+from projections.state import lag
 from shep.runs.checkpoints import EventStoreCheckpointSaver
 from tests.shep.runs.checkpoints.graphs import NODES, linear_graph
 
