@@ -477,14 +477,10 @@ class _GatedRuns:
 
 
 def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far (Linux; NaN elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    # utime and stime are fields 14 and 15; the fields after the name start at 3.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) process ``pid`` has used so far (NaN: gone)."""
+    from shep.home.procs import cpu_seconds
+
+    return cpu_seconds(pid)
 
 
 def bench_approve_to_resume(workdir: Path, samples: int) -> dict[str, float]:

@@ -44,7 +44,8 @@ from events.features import TestsRan  # noqa: E402
 from events.inbox import item_stream_id  # noqa: E402
 from events.store import EventStore  # noqa: E402
 from events.supervisor import Guardrails  # noqa: E402
-from shep.home.identity import host_name, process_start  # noqa: E402
+from shep.home.identity import host_name  # noqa: E402
+from shep.home.procs import process_start  # noqa: E402
 
 
 def _gated_runs(store: EventStore, repo: Path, count: int) -> list[UUID]:

@@ -43,9 +43,9 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _process_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    from shep.home.procs import cpu_seconds
+
+    return cpu_seconds(pid)
 
 
 def bench_runs_page(home: Path, rounds: int) -> dict[str, float]:

@@ -420,6 +420,8 @@ class AgentProcess:
 
 def kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM the process group of ``proc``; SIGKILL whatever is left after ``grace`` s."""
+    from shep.home.procs import group_alive
+
     pgid = proc.pid  # start_new_session: the leader's pid is the group id
     if not _signal_group(pgid, signal.SIGTERM):
         proc.wait()
@@ -427,7 +429,7 @@ def kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         proc.poll()  # reap the leader so it stops counting as a member
-        if not _group_alive(pgid):
+        if not group_alive(pgid):
             break
         time.sleep(0.02)
     else:
@@ -443,27 +445,3 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     except PermissionError:
         return False
     return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any member of the group is still running (zombies do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    proc_dir = Path("/proc")
-    if not proc_dir.is_dir():
-        return True
-    # An orphaned child that already exited stays a zombie until init reaps it; it
-    # still answers killpg(0) but there is nothing left to kill.
-    for entry in proc_dir.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False

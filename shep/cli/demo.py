@@ -128,7 +128,8 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
     from shep.cli.logs import logs
     from shep.cli.run import render_outcome
     from shep.cli.status import status
-    from shep.home.identity import current_actor, host_name, process_start
+    from shep.home.identity import current_actor, host_name
+    from shep.home.procs import process_start
     from shep.runs.launch import execute_run
     from shep.workflows import get_workflow
     from shep.workflows.shape import pin_fields

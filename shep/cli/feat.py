@@ -92,7 +92,8 @@ def new(
         plan_feature,
         settle_worktree,
     )
-    from shep.home.identity import current_actor, host_name, process_start
+    from shep.home.identity import current_actor, host_name
+    from shep.home.procs import process_start
     from shep.home.secrets import require_token
     from shep.home.settings import load_settings
     from shep.runs.launch import launch

@@ -123,7 +123,7 @@ def make_worktree(
     ``git_filters`` setting.
     """
     from shep import git
-    from shep.home.identity import process_start
+    from shep.home.procs import process_start
     from shep.workflows.feature_specs import next_spec_number, spec_dir_name
 
     plan.worktree.parent.mkdir(parents=True, exist_ok=True)

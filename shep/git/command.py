@@ -371,7 +371,7 @@ def reason(stderr: str) -> str:
 
 def _remove_stale(lock: Path, tree: Checkout) -> bool:
     """Remove ``lock`` if no live process holds it; whether it was removed."""
-    if not os.path.isdir("/proc") or _holder(lock, tree) is not None:
+    if _holder(lock, tree) is not None:
         return False
     try:
         lock.unlink()
@@ -386,18 +386,15 @@ def _holder(lock: Path, tree: Checkout) -> int | None:
     """A live process that holds ``lock`` open, or a live git working in its repository
     (it may be between writing the lock and renaming it); None when there is none.
     """
-    if not os.path.isdir("/proc"):
-        return None
+    from shep.home import procs
+
     lock_path = os.path.realpath(lock)
     places = _repository_places(lock, tree)
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        pid = int(entry.name)
-        if (_holds_open(pid, lock_path) or (_is_git(pid) and _works_in(pid, places))) and _alive(
-            pid
-        ):
+    for pid in procs.others():
+        if (
+            procs.has_open(pid, lock_path)
+            or (procs.process_name(pid).startswith("git") and _works_in(pid, places))
+        ) and procs.pid_alive(pid):
             return pid
     return None
 
@@ -420,49 +417,17 @@ def _repository_places(lock: Path, tree: Checkout) -> list[str]:
     return sorted(places)
 
 
-def _holds_open(pid: int, path: str) -> bool:
-    try:
-        fds = os.scandir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    with fds:
-        for fd in fds:
-            try:
-                if os.readlink(fd.path) == path:
-                    return True
-            except OSError:
-                continue
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie holds nothing: its files are closed)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _is_git(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as comm:
-            return comm.read().strip().startswith(b"git")
-    except OSError:
-        return False
-
-
 def _works_in(pid: int, places: list[str]) -> bool:
     """Whether process ``pid`` works in one of ``places``: its directory, or the git
     directory its environment names, is there (unreadable: counted as there).
     """
-    try:
-        where = [os.readlink(f"/proc/{pid}/cwd")]
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for item in f.read().split(b"\0"):
-                name, _, value = item.partition(b"=")
-                if name in (b"GIT_DIR", b"GIT_COMMON_DIR", b"GIT_WORK_TREE") and value:
-                    where.append(os.path.realpath(os.fsdecode(value)))
-    except OSError:
+    from shep.home import procs
+
+    cwd, environ = procs.working_directory(pid), procs.environ(pid)
+    if cwd is None or environ is None:
         return True
+    where = [cwd]
+    for name in ("GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE"):
+        if environ.get(name):
+            where.append(os.path.realpath(environ[name]))
     return any(w == place or w.startswith(place + os.sep) for w in where for place in places)

@@ -313,7 +313,7 @@ def _flock_holders(path: str) -> list[int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return lock_holders(os.fstat(fd).st_ino, "FLOCK") or [0]
+            return lock_holders(path, "FLOCK") or [0]
         fcntl.flock(fd, fcntl.LOCK_UN)
         return []
     finally:
@@ -336,10 +336,7 @@ def _write_lock_holder(db_file: str) -> str | None:
     except apsw.BusyError:
         pids = []
         for path in (db_file, db_file + "-shm"):
-            try:
-                pids += lock_holders(os.stat(path).st_ino, "POSIX")
-            except OSError:
-                continue
+            pids += lock_holders(path, "POSIX")
         mine = os.getpid()
         others = sorted(set(pids) - {mine})
         return (

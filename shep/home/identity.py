@@ -44,20 +44,3 @@ def current_actor() -> str:
     except (KeyError, OSError):
         user = str(os.getuid())
     return f"{user}@{host_name()}"
-
-
-def process_start(pid: int) -> str | None:
-    """When process ``pid`` started, as ``<boot id>:<clock ticks since boot>``; None if unknown.
-
-    A pid is reused once its process is gone; (pid, start) is not, even across
-    reboots (the boot id changes). Read from ``/proc``, so None off Linux,
-    where callers fall back to the pid alone.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            # Field 22 (starttime); the fields after the parenthesised name start at 3.
-            start = stat.read().rsplit(b")", 1)[1].split()[19].decode()
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            return f"{boot.read().strip()}:{start}"
-    except (OSError, IndexError, UnicodeDecodeError):
-        return None

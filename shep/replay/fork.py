@@ -62,7 +62,8 @@ def fork_run_at(
     from events.errors import RunInputError
     from events.features import FEATURE_WORKFLOW_NAMES
     from events.runs import RunCreated
-    from shep.home.identity import current_actor, host_name, process_start
+    from shep.home.identity import current_actor, host_name
+    from shep.home.procs import process_start
     from shep.workflows import get_workflow
     from shep.workflows.shape import pin_fields
 

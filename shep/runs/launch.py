@@ -102,7 +102,8 @@ def request_run(runtime: Runtime, name: str, repo: Path, *, model: str | None) -
 def create_workflow_run(runtime: Runtime, request: RunRequest, inputs: Mapping[str, str]) -> UUID:
     """Record the new run (pending, owned by this process until a worker takes it)."""
     from commands.create_run import create_run
-    from shep.home.identity import current_actor, host_name, process_start
+    from shep.home.identity import current_actor, host_name
+    from shep.home.procs import process_start
     from shep.workflows.shape import pin_fields
 
     me = os.getpid()
@@ -264,7 +265,8 @@ def execute_run(
     from commands.resume_run import resume_run
     from commands.start_run import start_run
     from events.errors import ShepError
-    from shep.home.identity import host_name, process_start
+    from shep.home.identity import host_name
+    from shep.home.procs import process_start
     from shep.home.settings import load_settings
     from shep.runs.runner import Runner
     from shep.runs.workers import wait_until_assigned

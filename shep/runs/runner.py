@@ -413,23 +413,11 @@ def _stop_own_agents() -> None:
     Not ``shep cancel``'s search by ``SHEP_RUN_ID``: a newer worker of the same
     run has agents with that variable too, and they must live.
     """
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid, ppid, pgid = int(entry), int(fields[1]), int(fields[2])
-        if ppid == me and pgid == pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+    from shep.home.procs import group_leaders_started_by
+
+    for pgid in group_leaders_started_by(os.getpid()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 @contextlib.contextmanager

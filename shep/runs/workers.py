@@ -28,8 +28,7 @@ from commands.run_state import RunState, load_run
 from events.errors import WorkerNotAssignedError
 from events.runs import RunStatus
 from events.store import EventStore
-from shep.home.identity import process_start
-from shep.home.procs import processes_with, spawn_shep, worker_alive
+from shep.home.procs import group_alive, process_start, processes_with, spawn_shep, worker_alive
 
 if TYPE_CHECKING:
     from shep.home.runtime import Runtime
@@ -160,22 +159,12 @@ def stop_worker(pid: int | None, started: str | None, run_id: UUID, *, grace: fl
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while _group_alive(group) and time.monotonic() < deadline:
+        while group_alive(group) and time.monotonic() < deadline:
             time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
         done.append(f"killed agent process group {group}")
     return done
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def wait_until_assigned(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from shep.agents import AgentOptions, create_executor
 from shep.agents.process import output_limits
-from shep.home.identity import process_start
+from shep.home.procs import process_start
 from shep.home.secrets import load_token
 from shep.home.settings import Settings
 

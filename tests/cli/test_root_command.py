@@ -19,7 +19,8 @@ from commands.start_run import start_run
 from commands.suspend_run import Ask, suspend_run
 from events.inbox import QuestionOption
 from events.store import EventStore
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 from tests.support.cli import shep
 
 

@@ -21,7 +21,8 @@ from commands.start_run import start_run
 from commands.suspend_run import Ask, suspend_run
 from events.inbox import ArtifactRef, QuestionOption, item_stream_id
 from events.store import EventStore
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 
 REVIEW_NODES = ("draft", "scope", "check", "approve", "finish")
 OPTIONS = [

@@ -188,21 +188,15 @@ class Scratch:
 
     def processes(self) -> list[tuple[int, str]]:
         """The pid and command line of every process whose ``SHEP_HOME`` is in this scratch
-        directory (Linux's /proc): they were all started by the scenario's commands."""
-        needle = f"SHEP_HOME={self.root}".encode()
+        directory: they were all started by the scenario's commands."""
+        from shep.home.procs import command_line, processes_with
+
         found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if any(v.startswith(needle) for v in environ.split(b"\0")):
-                found.append(
-                    (int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace"))
-                )
+        for pid, home in processes_with("SHEP_HOME"):
+            if pid != os.getpid() and home.startswith(str(self.root)):
+                line = command_line(pid)
+                if line is not None:
+                    found.append((pid, line))
         return found
 
     def known_tokens(self, extra_repos: Iterable[Path] = ()) -> set[str]:

@@ -54,7 +54,8 @@ from shep.cli import main
 from shep.cli.feat_views import DurationError, human_size, parse_duration
 from shep.features.start import FeaturePlan, create_feature_run, make_worktree, plan_feature
 from shep.git.merge import advance_base, prepare_squash
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 from tests.projections.test_rebuild import snapshot
 from tests.shep.workflows.conftest import agent, git, repo
 from tests.support.event_log import assert_rebuild_equals_incremental

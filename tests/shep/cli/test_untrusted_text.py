@@ -26,7 +26,8 @@ from events.display import printable
 from events.inbox import QuestionOption, item_stream_id
 from events.store import EventStore
 from shep.cli import main
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 from tests.shep.cli.test_feat_views import new_feature
 from tests.shep.workflows.conftest import FeatureAgent, agent, git, repo
 from tests.shep.workflows.test_feature_workflow import feat_new

@@ -25,8 +25,8 @@ from commands.start_run import start_run
 from events.runs import HeartbeatRecorded, NodeCompleted, RunResumed, RunStarted
 from events.store import EventStore
 from projections.database import open_database
-from shep.home.identity import host_name, process_start
-from shep.home.procs import pid_alive
+from shep.home.identity import host_name
+from shep.home.procs import pid_alive, process_start
 from shep.runs.recovery import find_orphans
 from tests.shep.runs.conftest import agent_calls
 from tests.shep.runs.test_background_recovery import run_row, start_background, wait_for

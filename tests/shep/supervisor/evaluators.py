@@ -38,7 +38,8 @@ from events.inbox import (
 )
 from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade, SupervisorDecisionRefused
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 from tests.shep.workflows.conftest import git
 
 Reply = str | BaseException | Callable[[str], str]

@@ -32,7 +32,8 @@ from events.features import TestsRan
 from events.inbox import ApprovalGranted, ApprovalVoted, QuestionAnswered, item_stream_id
 from events.store import EventStore
 from events.supervisor import Guardrails, SupervisorDecisionMade
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 from shep.supervisor.evaluate import Evaluator
 from shep.supervisor.loop import Supervisor
 from tests.shep.supervisor.fake_evaluator import calls

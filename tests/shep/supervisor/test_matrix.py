@@ -45,7 +45,8 @@ from events.inbox import (
 )
 from events.store import EventStore
 from events.supervisor import SupervisorDecisionMade
-from shep.home.identity import host_name, process_start
+from shep.home.identity import host_name
+from shep.home.procs import process_start
 from shep.supervisor.loop import Supervisor
 from shep.supervisor.prompt import PROMPT_VERSION
 from tests.shep.supervisor.evaluators import (
