@@ -22,9 +22,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import apsw
-import msgspec
 
-from events.base import Reader, reader_of
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
 from events.sqlite_file import immediate_transaction, store_error
@@ -144,36 +142,28 @@ def _apply(
     # Usually every projection is at the same position: then the handlers for an
     # event type are the same for the whole batch.
     uniform = len(set(tracked.values())) == 1
-    by_topic: dict[str, tuple[list[Handler], Reader]] = {}
+    by_topic: dict[str, list[Handler]] = {}
     last_time: datetime | None = None
     last_at = ""
     for position, stream, topic, state, chain in rows:
-        known = by_topic.get(topic) if uniform else None
-        if known is None:
+        handlers = by_topic.get(topic) if uniform else None
+        if handlers is None:
             kind = EVENT_CLASSES.get(topic)
             if kind is None:
                 raise UnknownEventError(topic)
-            known = (
-                [
-                    handler
-                    for projection in lagging
-                    if position > tracked[projection.name]
-                    and (handler := projection.handlers.get(kind)) is not None
-                ],
-                reader_of(kind),
-            )
+            handlers = [
+                handler
+                for projection in lagging
+                if position > tracked[projection.name]
+                and (handler := projection.handlers.get(kind)) is not None
+            ]
             if uniform:
-                by_topic[topic] = known
-        handlers, read = known
+                by_topic[topic] = handlers
         if not handlers:
             # Most events of a run (checkpoints, heartbeats) concern few projections:
             # decode only what some handler reads.
             continue
-        try:
-            # The type's reader, looked up once per batch (most events are of a few types).
-            event = read(state)
-        except msgspec.ValidationError:
-            event = decode_event(topic, state)  # says what is wrong, or upcasts
+        event = decode_event(topic, state)
         batch.position = position
         if event.timestamp != last_time:
             # Events appended together share their timestamp: format it once.

@@ -75,10 +75,10 @@ def test_catch_up_is_exactly_once_across_connections(store: EventStore, db_path:
 def test_a_later_version_of_a_folded_type_is_refused_not_misread(
     store: EventStore, db_path: Path, fold: Callable[[apsw.Connection], int]
 ) -> None:
-    """The fold reads each event type through its class's reader, looked up once per batch;
-    a state that reader does not take (here version 2 of ``AgentOutputRecorded``, which this
-    shep knows at version 1, written by a newer shep) is refused as the catalog refuses it,
-    naming the type and its version, and the projections are left as they were."""
+    """A state of a folded type that this shep's class does not take (here version 2 of
+    ``AgentOutputRecorded``, which this shep knows at version 1, written by a newer shep) is
+    refused by catch-up and by rebuild, naming the type and its version, not folded as a
+    version 1 event; the projections are left as they were."""
     conn = open_database(db_path)
     run_id = random_run(store, random.Random(5))
     catch_up(conn)
