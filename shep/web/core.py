@@ -74,6 +74,14 @@ def reading(conn: apsw.Connection) -> Iterator[int]:
         conn.execute("COMMIT")
 
 
+def projection_positions(conn: apsw.Connection) -> tuple[int, ...]:
+    """Every projection's position: what the read side holds changes only when one moves,
+    so what was read at the same positions (in a read transaction) is read again alike."""
+    from projections.database import positions
+
+    return tuple(positions(conn).values())
+
+
 def catch_up(conn: apsw.Connection, *, pull: bool) -> None:
     from projections.catch_up import catch_up as run_catch_up
 

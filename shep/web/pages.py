@@ -33,7 +33,7 @@ from events.errors import (
 from shep.web import audit, core
 from shep.web.app import EXPORTS, WebState, render
 from shep.web.graph import graph_svg
-from shep.web.runs_table import Facets, Rows
+from shep.web.runs_table import Facets, Listings, Rows
 
 Row = dict[str, Any]
 
@@ -76,11 +76,17 @@ def _runs(request: Request) -> Row:
     state = _state(request)
     filters = _filters(request)
     conn = state.readers.get()
-    with core.reading(conn) as position:
+
+    def read() -> tuple[list[Row], float | None, int]:
         runs = core.list_runs(conn, filters)
+        running = any(r["status"] == "running" for r in runs)
+        return runs, core.stale_after(conn) if running else None, core.count_pending(conn)
+
+    with core.reading(conn) as position:
+        listings = state.cache("listings", Listings)
+        key = tuple(filters[k] for k in sorted(filters))
+        runs, stale, count = listings.get(core.projection_positions(conn), key, read)
         facets = state.cache("facets", Facets).get(state, conn)
-        stale = core.stale_after(conn) if any(r["status"] == "running" for r in runs) else None
-        count = core.count_pending(conn)
     query = "&".join(
         f"{k}={v}" for k, v in request.query_params.multi_items() if k in _FILTERS and v
     )

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from markupsafe import Markup
 
@@ -15,6 +16,7 @@ from shep.web import core
 from shep.web.app import WebState
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 class Facets:
@@ -111,3 +113,34 @@ def _since(elapsed: float) -> str:
     if seconds >= 60:
         return f"{seconds // 60}m"
     return f"{seconds}s"
+
+
+class Listings:
+    """What the runs table listed, kept for the projections' positions it was read at.
+
+    The read side changes only when a projection's position moves, so a listing read
+    at the same positions is the same listing: when a run changes, every open runs page
+    fetches its rows again at the same position, and the first one reads them for all
+    (a reload while nothing moved reads nothing either). Only the latest positions'
+    listings are kept, a few filters' worth.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self.lock = threading.Lock()
+        self.size = size
+        self.positions: tuple[int, ...] = ()
+        self.kept: dict[tuple[Any, ...], Any] = {}
+
+    def get(self, positions: tuple[int, ...], filters: tuple[Any, ...], read: Callable[[], T]) -> T:
+        """The listing for ``filters`` at ``positions``: kept, or ``read()`` and kept."""
+        with self.lock:
+            if positions == self.positions and filters in self.kept:
+                return self.kept[filters]  # type: ignore[no-any-return]
+        value = read()
+        with self.lock:
+            if positions != self.positions:
+                self.positions, self.kept = positions, {}
+            if len(self.kept) >= self.size:
+                self.kept.clear()
+            self.kept[filters] = value
+        return value
