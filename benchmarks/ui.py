@@ -49,8 +49,16 @@ def _process_cpu(pid: int) -> float:
 
 
 def bench_runs_page(home: Path, rounds: int) -> dict[str, float]:
-    """GET / (the `shep status` runs) from a real server over list_runs + JSON in-process."""
-    from projections.database import open_database
+    """GET / (the `shep status` runs) from a real server over list_runs + JSON in-process:
+    with the log still (``ui_runs_page_ratio``), and each time after the log moved
+    (``ui_runs_page_moved_ratio``: an output line of a running run appended, and the
+    server's projections caught up with it, before each request and each query).
+    """
+    from commands.create_run import create_run
+    from commands.record_agent_output import OutputItem, record_agent_output
+    from commands.start_run import start_run
+    from events.store import EventStore
+    from projections.database import open_database, positions
     from projections.queries import list_runs
 
     server = UiServer.start(env=_env(home))
@@ -83,16 +91,39 @@ def bench_runs_page(home: Path, rounds: int) -> dict[str, float]:
             ours.append(served())
             base.append(in_process())
         rows = len(list_runs(conn))
+
+        with EventStore(home / "shep.db") as store:
+            run_id = create_run(
+                store, workflow="bench", agent_type="demo", repo="/r", node_names=["a"],
+                created_by="bench",
+            )  # fmt: skip
+            start_run(store, run_id, pid=os.getpid(), host="bench")
+            moved, moved_base = [], []
+            for i in range(3 + rounds):
+                record_agent_output(store, run_id, "a", [OutputItem(kind="text", text=f"{i}")])
+                head = store.max_position()
+                deadline = time.monotonic() + 10
+                while min(positions(conn).values()) < head:  # the server caught up with it
+                    assert time.monotonic() < deadline, "the server did not catch up"
+                    time.sleep(0.001)
+                page, query = served(), in_process()
+                if i >= 3:
+                    moved.append(page)
+                    moved_base.append(query)
         http_conn.close()
     finally:
         conn.close()
         server.stop()
     page, query = statistics.median(ours), statistics.median(base)
+    moved_page, moved_query = statistics.median(moved), statistics.median(moved_base)
     return {
         "ui_runs_page_rows": rows,
         "ui_runs_page_ms": round(page * 1000, 2),
         "ui_runs_query_ms": round(query * 1000, 2),
         "ui_runs_page_ratio": round(page / query, 3),
+        "ui_runs_page_moved_ms": round(moved_page * 1000, 2),
+        "ui_runs_moved_query_ms": round(moved_query * 1000, 2),
+        "ui_runs_page_moved_ratio": round(moved_page / moved_query, 3),
     }
 
 

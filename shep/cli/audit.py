@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import click
 
-from events.audit import ChainReport, open_log, verify_chain
-from events.errors import AnchorFormatError, ChainBrokenError, ShepError, StoreUnavailableError
-from events.words import counted
-from shep.cli.render import events_verify
+from events.errors import AnchorFormatError, ChainBrokenError, ShepError
+from events.words import counted, events_verify
+from shep.audit.verify import verify_store
 from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -79,67 +78,22 @@ def verify(
             raise _option_error("--anchor works on the store or an --export file, not a bundle.")
         _verify_bundle(Path(bundle_file))
         return
-    if runtime.store_url is not None:
-        report, line = _verify_shared(runtime, runtime.store_url, anchor_position)
-    else:
+    if runtime.store_url is None:
         runtime.require_home()
-        if not os.path.exists(runtime.db_file):
-            raise StoreUnavailableError(f"No event store at {runtime.db_file}: nothing to verify.")
-        report = _verify_file(runtime.db_file, anchor_position)
-        line = f"OK: {events_verify(report.events)}. "
+    result = verify_store(runtime.db_file, runtime.store_url, anchor_position=anchor_position)
+    if result.offline:
+        click.echo(f"shep: {result.offline}", err=True)
+    if not result.ok:
+        raise ChainBrokenError(result.problem)
+    line = result.summary + " "
     if anchor_position is not None:
-        if anchor_position > report.events:
+        if anchor_position > result.events:
             raise ChainBrokenError(
                 f"Anchor not found: there is no event at position {anchor_position}; "
-                f"the log ends at position {report.events}."
+                f"the log ends at position {result.events}."
             )
-        line += _anchor_matches(anchor_position, anchor_hash, report.anchor_hash)
-    click.echo(line + f"Head hash: {report.head_hash.hex()}")
-
-
-def _verify_file(path: str, anchor_position: int | None) -> ChainReport:
-    conn = open_log(path)
-    try:
-        report = verify_chain(conn, anchor_position=anchor_position)
-    finally:
-        conn.close()
-    if not report.ok:
-        raise ChainBrokenError(_broken(report, path))
-    return report
-
-
-def _verify_shared(
-    runtime: Runtime, url: str, anchor_position: int | None
-) -> tuple[ChainReport, str]:
-    """The server's chain, then this home's copy against it (the copy alone when offline)."""
-    from events.postgres_url import where
-    from events.postgres_verify import stored_hash_at, verify_pg_chain
-
-    copy = _verify_file(runtime.db_file, None) if os.path.exists(runtime.db_file) else None
-    try:
-        report = verify_pg_chain(url, anchor_position=anchor_position)
-        # The walk verified every stored hash: the copy's head must be the one stored there.
-        at_copy = stored_hash_at(url, copy.events) if copy and copy.events else None
-    except StoreUnavailableError as e:
-        if copy is None:
-            raise
-        click.echo(f"shep: {e} Verifying this machine's copy of the log only.", err=True)
-        if anchor_position is not None:
-            copy = _verify_file(runtime.db_file, anchor_position)
-        return copy, f"OK: this machine's copy ({counted(copy.events, 'event')}) verifies. "
-    if not report.ok:
-        raise ChainBrokenError(_broken(report, f"the shared store at {where(url)}"))
-    line = f"OK: {events_verify(report.events)} on the shared store at {where(url)}. "
-    if copy is not None:
-        if copy.events and at_copy != copy.head_hash:
-            raise ChainBrokenError(
-                f"This machine's copy of the log ({runtime.db_file}, "
-                f"{counted(copy.events, 'event')}) "
-                f"differs from the shared store at position {copy.events}: it was made from "
-                "another store or edited. Move it aside; the next command copies the log anew."
-            )
-        line += f"This machine's copy ({counted(copy.events, 'event')}) matches. "
-    return report, line
+        line += _anchor_matches(anchor_position, anchor_hash, result.anchor_hash)
+    click.echo(line + f"Head hash: {result.head_hash.hex()}")
 
 
 def _anchor_matches(position: int, expected: bytes, found: bytes | None) -> str:
@@ -384,16 +338,3 @@ def _parse_anchor(value: str) -> tuple[int, bytes]:
             f"chain hash (as `shep audit verify` prints them), not {value!r}."
         )
     return int(match[1]), bytes.fromhex(match[2])
-
-
-def _broken(report: ChainReport, db_file: str) -> str:
-    if report.damaged:
-        return (
-            f"The event store {db_file} is damaged at position {report.first_bad_position}: "
-            f"{report.problem}. {events_verify(report.events, ' before it')}. "
-            "Restore it from a backup or move it aside."
-        )
-    return (
-        f"Hash chain broken at position {report.first_bad_position}: {report.problem}. "
-        f"{events_verify(report.events, ' before it')}."
-    )

@@ -17,12 +17,6 @@ if TYPE_CHECKING:
     from projections.state import RebuildProgress
 
 
-def events_verify(count: int, between: str = "") -> str:
-    """``1 event verifies``, ``2 events before it verify``: a chain report's count."""
-    verb = "verifies" if count == 1 else "verify"
-    return f"{counted(count, 'event')}{between} {verb}"
-
-
 def parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
-from events.words import counted
-from shep.cli.render import events_verify
+from events.words import counted, events_verify
 from shep.home.runtime import Runtime
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from shep.web.security import Guard
 T = TypeVar("T")
 
 #: Bumped with the static files, so a browser never mixes an old script with a new page.
-STATIC_VERSION = "2"
+STATIC_VERSION = "3"
 
 
 class Readers:

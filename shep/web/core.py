@@ -1,5 +1,5 @@
-"""Everything the web face reads from shep's core, in one module (what it writes is in
-``shep.web.decide``).
+"""Everything the web face reads from shep's core (what it writes is in ``shep.web.decide``;
+the audit page's verification and exports are in ``shep.web.audit``).
 
 The pages and the feed call these functions and no other module of ``shep``,
 ``projections``, ``commands`` or ``events`` (but ``events.display``): the one
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import apsw
@@ -72,6 +72,14 @@ def reading(conn: apsw.Connection) -> Iterator[int]:
         yield min(positions(conn).values())
     finally:
         conn.execute("COMMIT")
+
+
+def projection_positions(conn: apsw.Connection) -> tuple[int, ...]:
+    """Every projection's position: what the read side holds changes only when one moves,
+    so what was read at the same positions (in a read transaction) is read again alike."""
+    from projections.database import positions
+
+    return tuple(positions(conn).values())
 
 
 def catch_up(conn: apsw.Connection, *, pull: bool) -> None:
@@ -414,75 +422,6 @@ def spec_files(feature: Row) -> list[Row]:
         {"path": f"{relative}/{name}", **_file(worktree, f"{relative}/{name}", "")}
         for name in names
     ]
-
-
-# --- audit --------------------------------------------------------------------------------
-
-
-def verify(db_file: str, store_url: str | None) -> Row:
-    """The hash chain verified over the whole log: how many events, the head hash, or
-    where it breaks. On a shared store, the server's chain (the comparison of this home's
-    copy with it is still ``shep audit verify``'s own, in ``shep/cli/audit.py``).
-    """
-    from events.audit import open_log, verify_chain
-    from events.postgres_url import where
-    from events.postgres_verify import verify_pg_chain
-
-    if store_url is None and not os.path.exists(db_file):
-        return {"ok": True, "events": 0, "head_hash": "", "where": db_file, "problem": ""}
-    if store_url is not None:
-        report, place = verify_pg_chain(store_url), f"the shared store at {where(store_url)}"
-    else:
-        conn = open_log(db_file)
-        try:
-            report, place = verify_chain(conn), db_file
-        finally:
-            conn.close()
-    return {
-        "ok": report.ok,
-        "events": report.events,
-        "head_hash": report.head_hash.hex(),
-        "first_bad_position": report.first_bad_position,
-        "problem": report.problem,
-        "where": place,
-    }
-
-
-def write_export(db_file: str, fmt: str, kind: str, out: BinaryIO) -> None:
-    """Write the audit export of the whole log in ``fmt`` to ``out``, streamed as
-    ``shep audit export`` writes it (``kind``: decisions, approvals or all).
-    """
-    from shep.audit.export import ExportFilter, write_csv, write_jsonl
-
-    flt = ExportFilter(run_id=None, since=None, kind=kind)
-    if fmt == "jsonl":
-        write_jsonl(db_file, flt, out)
-    elif fmt == "otlp-json":
-        from shep.audit.otlp import write_otlp
-
-        write_otlp(db_file, flt, out)
-    elif fmt == "csv":
-        import io
-
-        text = io.TextIOWrapper(out, encoding="utf-8", newline="")
-        try:
-            write_csv(db_file, flt, text)
-        finally:
-            text.flush()
-            text.detach()
-    else:
-        raise ValueError(fmt)
-
-
-def write_bundle(db_file: str, kind: str, path: str) -> None:
-    """Write the unsigned audit bundle (a tar: JSONL, manifest, in-toto statement) to
-    ``path``; a tar is written whole before it is sent."""
-    from pathlib import Path
-
-    from shep.audit.bundle import write_bundle as write
-    from shep.audit.export import ExportFilter
-
-    write(Path(db_file), ExportFilter(run_id=None, since=None, kind=kind), Path(path), None)
 
 
 # --- the supervisor -----------------------------------------------------------------------

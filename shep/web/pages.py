@@ -16,10 +16,8 @@ import os
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from typing import Any, BinaryIO, cast
 
-from markupsafe import Markup
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -32,9 +30,10 @@ from events.errors import (
     RunNotFoundError,
     ShepError,
 )
-from shep.web import core
+from shep.web import audit, core
 from shep.web.app import EXPORTS, WebState, render
 from shep.web.graph import graph_svg
+from shep.web.runs_table import Facets, Listings, Rows
 
 Row = dict[str, Any]
 
@@ -61,93 +60,6 @@ def _state(request: Request) -> WebState:
 # --- runs ---------------------------------------------------------------------------------
 
 
-class _Facets:
-    """The workflows and repositories runs have: read once, again after a run is created."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.created = -1
-        self.value: dict[str, list[str]] = {}
-
-    def get(self, state: WebState, conn: Any) -> dict[str, list[str]]:
-        with self.lock:
-            if self.created != state.hub.runs_created:
-                self.value = core.run_facets(conn)
-                self.created = state.hub.runs_created
-            return self.value
-
-
-class _Rows:
-    """Each run's row of the runs table, rendered once per state of the run.
-
-    A row changes only when its run does (its ``last_position``) or when what it
-    waits for does; the ages in it change with the clock, so they are slots filled on
-    every request. A long list (``shep status`` on a big home lists every interrupted
-    run) is then served at about the cost of its query.
-    """
-
-    AGE, STALE, BEAT = "@@age@@", "@@stale@@", "@@beat@@"
-
-    def __init__(self, size: int = 8192) -> None:
-        self.lock = threading.Lock()
-        self.size = size
-        #: (run, position, waiting items) -> the row's HTML around its slots, and the
-        #: moments its ages count from.
-        self.cached: dict[tuple[Any, ...], tuple[list[str], datetime, datetime | None]] = {}
-
-    def _entry(self, state: WebState, run: Row) -> tuple[list[str], datetime, datetime | None]:
-        html = state.templates.get_template("_run_row.html").render(
-            r=run, age_slot=self.AGE, beat_slot=self.BEAT, stale_slot=self.STALE
-        )
-        head, _, rest = html.partition(self.AGE)
-        created = datetime.fromisoformat(run["created_at"])
-        if self.BEAT not in rest:
-            return [head, rest], created, None
-        middle, _, rest = rest.partition(self.STALE)
-        between, _, tail = rest.partition(self.BEAT)
-        return [head, middle, between, tail], created, datetime.fromisoformat(run["last_heartbeat"])
-
-    def render(self, state: WebState, runs: list[Row], stale_after: float | None) -> Markup:
-        """Every run's row, as one piece of HTML."""
-        now = datetime.now(UTC)
-        stale = f"{stale_after:g}" if stale_after is not None else ""
-        keys = [
-            (run["run_id"], run["last_position"], *(w["item_id"] for w in run["waiting"]))
-            for run in runs
-        ]
-        with self.lock:
-            found = [self.cached.get(key) for key in keys]
-        rows = []
-        for key, run, cached in zip(keys, runs, found, strict=True):
-            entry = cached if cached is not None else self._entry(state, run)
-            if cached is None:
-                with self.lock:
-                    if len(self.cached) >= self.size:
-                        self.cached.clear()  # rows are cheap to make again; no bookkeeping
-                    self.cached[key] = entry
-            parts, created, beat = entry
-            made = _since(now, created)
-            if beat is None:
-                rows.append(parts[0] + made + parts[1])
-                continue
-            beat_text = _since(now, beat)
-            if stale_after is not None and (now - beat).total_seconds() > stale_after:
-                beat_text += " (stale)"
-            rows.append(parts[0] + made + parts[1] + stale + parts[2] + beat_text + parts[3])
-        return Markup("".join(rows))  # noqa: S704 (rendered by the autoescaping template)
-
-
-def _since(now: datetime, moment: datetime) -> str:
-    seconds = max(0, int((now - moment).total_seconds()))
-    if seconds >= 86400:
-        return f"{seconds // 86400}d"
-    if seconds >= 3600:
-        return f"{seconds // 3600}h"
-    if seconds >= 60:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
-
-
 def _filters(request: Request) -> Row:
     found = {key: request.query_params.get(key, "").strip() for key in _FILTERS}
     if found["status"] and found["status"] not in STATUSES:
@@ -164,17 +76,23 @@ def _runs(request: Request) -> Row:
     state = _state(request)
     filters = _filters(request)
     conn = state.readers.get()
-    with core.reading(conn) as position:
+
+    def read() -> tuple[list[Row], float | None, int]:
         runs = core.list_runs(conn, filters)
-        facets = state.cache("facets", _Facets).get(state, conn)
-        stale = core.stale_after(conn) if any(r["status"] == "running" for r in runs) else None
-        count = core.count_pending(conn)
+        running = any(r["status"] == "running" for r in runs)
+        return runs, core.stale_after(conn) if running else None, core.count_pending(conn)
+
+    with core.reading(conn) as position:
+        listings = state.cache("listings", Listings)
+        key = tuple(filters[k] for k in sorted(filters))
+        runs, stale, count = listings.get(core.projection_positions(conn), key, read)
+        facets = state.cache("facets", Facets).get(state, conn)
     query = "&".join(
         f"{k}={v}" for k, v in request.query_params.multi_items() if k in _FILTERS and v
     )
     filtered = any(filters[k] for k in ("status", "workflow", "repo", "q", "all"))
     return {
-        "rows": state.cache("rows", _Rows).render(state, runs, stale),
+        "rows": state.cache("rows", Rows).render(state, runs, stale),
         "facets": facets,
         "statuses": STATUSES,
         "filters": filters,
@@ -427,9 +345,9 @@ def audit_page(request: Request) -> Response:
     verified = None
     if request.query_params.get("verify"):
         try:
-            verified = core.verify(state.db_file, state.store_url)
+            verified = audit.verify(state.db_file, state.store_url)
         except ShepError as e:
-            verified = {"ok": False, "problem": str(e), "events": 0, "where": state.store_label}
+            verified = {"ok": False, "problem": str(e), "offline": ""}
     return render(
         request,
         "audit.html",
@@ -506,7 +424,7 @@ async def audit_export(request: Request) -> Response:
     headers = {"content-disposition": f'attachment; filename="shep-audit-{kind}.{suffix}"'}
     if fmt == "bundle":
         return StreamingResponse(_bundle(state, kind), media_type=media, headers=headers)
-    stream = _streamed(lambda out: core.write_export(state.db_file, fmt, kind, out))
+    stream = _streamed(lambda out: audit.write_export(state.db_file, fmt, kind, out))
     return StreamingResponse(stream, media_type=media, headers=headers)
 
 
@@ -514,7 +432,7 @@ async def _bundle(state: WebState, kind: str) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     with tempfile.TemporaryDirectory(prefix="shep-ui-bundle-") as folder:
         path = os.path.join(folder, "audit.tar")
-        await loop.run_in_executor(None, core.write_bundle, state.db_file, kind, path)
+        await loop.run_in_executor(None, audit.write_bundle, state.db_file, kind, path)
         with open(path, "rb") as f:
             while chunk := await loop.run_in_executor(None, f.read, 256 * 1024):
                 yield chunk

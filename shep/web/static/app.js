@@ -248,10 +248,54 @@
   }
 
   // --- keys -----------------------------------------------------------------------------
+  // The item the keys act on: the one focused (or holding the focus), else the only one.
+  function currentItem() {
+    const active = document.activeElement;
+    const held = active && active.closest && active.closest("section.item");
+    if (held) return held;
+    const all = document.querySelectorAll("section.item");
+    return all.length === 1 ? all[0] : null;
+  }
+
+  // Keys never decide alone: they pick and focus, and Enter (or a click) submits.
+  function decideKey(key) {
+    const item = currentItem();
+    if (!item) return false;
+    const answer = item.querySelector("form[action$='/answer']");
+    if (/^[1-9]$/.test(key) && answer) {
+      const option = answer.querySelectorAll("input[name=option]")[parseInt(key, 10) - 1];
+      if (!option) return false;
+      option.checked = true;
+      answer.querySelector("button[type=submit]").focus();
+      return true;
+    }
+    if (key === "t" && answer && answer.querySelector("input[name=text]")) {
+      answer.querySelector("input[name=text]").focus();
+      return true;
+    }
+    if (key === "a") {
+      const approve = item.querySelector("form[action$='/approve'] input[name=comment]");
+      const target = approve || (answer && answer.querySelector("button[type=submit]"));
+      if (target) { target.focus(); return true; }
+    }
+    if (key === "r") {
+      const reason = item.querySelector("form[action$='/reject'] input[name=reason]");
+      if (reason) { reason.focus(); return true; }
+    }
+    return false;
+  }
+
   document.addEventListener("keydown", (event) => {
     const typing = event.target.closest && event.target.closest("input, textarea, select");
+    if (event.key === "Escape" && typing) {
+      const item = typing.closest("section.item");
+      if (item) { event.preventDefault(); item.focus(); }
+      return;
+    }
     if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.key === "/") {
+    if ((page === "inbox" || page === "item") && decideKey(event.key)) {
+      event.preventDefault();
+    } else if (event.key === "/") {
       const search = document.getElementById("search");
       if (search) { event.preventDefault(); search.focus(); }
     } else if ((event.key === "j" || event.key === "k") && page === "inbox") {
