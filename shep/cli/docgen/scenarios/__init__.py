@@ -17,7 +17,7 @@ from shep.cli.docgen.reference import CLONE
 from shep.cli.docgen.scratch import ScenarioError, Scratch, Shown
 
 #: tests' fake ``claude`` (stream-json, canned answers) and their test workflows.
-FAKE_CLAUDE = CLONE / "tests" / "runtime" / "fake_claude.py"
+FAKE_CLAUDE = CLONE / "tests" / "shep" / "runs" / "fake_claude.py"
 TEST_WORKFLOWS = "tests.support.workflows"
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$", re.MULTILINE)
