@@ -21,6 +21,7 @@ from events.runs import RunCreated
 from events.store import EventStore
 from events.supervisor import (
     AUTONOMY_LEVELS,
+    EVALUATOR_TIMEOUT,
     ITEM_KINDS,
     POLICY_STREAM_ID,
     Guardrails,
@@ -46,7 +47,7 @@ class Policy:
     overrides: dict[str, str] = field(default_factory=dict)
     guardrails: Guardrails = field(default_factory=Guardrails)
     model: str | None = None
-    timeout: float = 300.0
+    timeout: float = EVALUATOR_TIMEOUT
     enabled: bool = True
     configured_by: str = ""
     configured_at: datetime | None = None

@@ -8,6 +8,7 @@ from typing import Any
 import apsw
 
 from events.errors import RunNotFoundError
+from events.inbox_status import ItemStatus
 from events.run_ids import hex_prefix, single_run
 from events.run_status import FINAL_STATUSES, WAITING_STATUSES, RunStatus
 
@@ -133,8 +134,8 @@ def _add_waiting(conn: apsw.Connection, runs: list[Row]) -> None:
     if not waiting:
         return
     for item_id, run_id, kind, node, prompt in conn.execute(
-        "SELECT item_id, run_id, kind, node, prompt FROM inbox WHERE status='pending' "
-        "ORDER BY asked_at"
+        "SELECT item_id, run_id, kind, node, prompt FROM inbox WHERE status=? ORDER BY asked_at",
+        (ItemStatus.PENDING.value,),
     ):
         found = waiting.get(run_id)
         if found is not None:

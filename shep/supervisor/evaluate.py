@@ -29,7 +29,7 @@ from events.errors import UnsafePathError
 from events.inbox import QuestionAsked
 from events.runs import RunCreated
 from events.store import EventStore
-from events.supervisor import RuleResult
+from events.supervisor import DECIDING_VERDICTS, Autonomy, RuleResult, SupervisorVerdict
 from shep.git.worktree import read_inside
 from shep.supervisor import guardrails
 from shep.supervisor.prompt import (
@@ -82,7 +82,7 @@ class Decision:
     @property
     def acts(self) -> bool:
         """Whether it decides the item by itself (cosign approvals need a user too)."""
-        return self.autonomy == "autonomous" and self.verdict in ("approve", "reject", "answer")
+        return self.autonomy == Autonomy.AUTONOMOUS and self.verdict in DECIDING_VERDICTS
 
 
 class EvalState(TypedDict, total=False):
@@ -304,8 +304,8 @@ def _evaluator_name(evaluator: Evaluator | None) -> str:
 
 def _fit_autonomy(fields: dict[str, Any], autonomy: str) -> dict[str, Any]:
     """Advisory acts on nothing: approve, reject and answer become advice."""
-    if autonomy == "advisory" and fields["verdict"] in ("approve", "reject", "answer"):
-        return {**fields, "verdict": "advise", "advice": fields["verdict"]}
+    if autonomy == Autonomy.ADVISORY and fields["verdict"] in DECIDING_VERDICTS:
+        return {**fields, "verdict": SupervisorVerdict.ADVISE.value, "advice": fields["verdict"]}
     return fields
 
 

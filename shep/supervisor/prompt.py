@@ -15,6 +15,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from events.supervisor import Autonomy
+
 #: Recorded with every decision; bump it whenever the text below changes.
 PROMPT_VERSION = "supervisor-prompt-2"
 
@@ -38,11 +40,11 @@ Answer with exactly one JSON object and nothing else:
 {{"verdict": "{verdicts}", "rationale": "...", "confidence": 0.0 to 1.0{answer_field}}}
 """
 
-_AUTONOMY_RULES = {
-    "advisory": "Your verdict is only advice: a person reads it and decides. "
+_AUTONOMY_RULES: dict[str, str] = {
+    Autonomy.ADVISORY: "Your verdict is only advice: a person reads it and decides. "
     "Give the verdict you would give if it were yours.",
-    "cosign": "Your approval of a gate is one of two signatures: a person signs too.",
-    "autonomous": "Your verdict takes effect at once: approve, reject or answer only "
+    Autonomy.COSIGN: "Your approval of a gate is one of two signatures: a person signs too.",
+    Autonomy.AUTONOMOUS: "Your verdict takes effect at once: approve, reject or answer only "
     "when you are sure.",
 }
 

@@ -32,22 +32,27 @@ from events.errors import (
     RunNotFoundError,
     ShepError,
 )
+from events.inbox_status import ItemKind, ItemStatus
+from events.run_status import RunStatus
 from shep.web import core
 from shep.web.app import EXPORTS, WebState, render
 from shep.web.graph import graph_svg
 
 Row = dict[str, Any]
 
-#: Run statuses as the filter offers them (the words are the log's, from events.runs).
-STATUSES = (
-    "pending",
-    "running",
-    "waiting_approval",
-    "waiting_answer",
-    "interrupted",
-    "completed",
-    "failed",
-    "cancelled",
+#: Run statuses in the order the filter offers them.
+STATUSES = tuple(
+    s.value
+    for s in (
+        RunStatus.PENDING,
+        RunStatus.RUNNING,
+        RunStatus.WAITING_APPROVAL,
+        RunStatus.WAITING_ANSWER,
+        RunStatus.INTERRUPTED,
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+    )
 )
 _FILTERS = ("status", "workflow", "repo", "q", "all", "offset")
 PAGE_SIZE = 200
@@ -167,7 +172,8 @@ def _runs(request: Request) -> Row:
     with core.reading(conn) as position:
         runs = core.list_runs(conn, filters)
         facets = state.cache("facets", _Facets).get(state, conn)
-        stale = core.stale_after(conn) if any(r["status"] == "running" for r in runs) else None
+        running = any(r["status"] == RunStatus.RUNNING for r in runs)
+        stale = core.stale_after(conn) if running else None
         count = core.count_pending(conn)
     query = "&".join(
         f"{k}={v}" for k, v in request.query_params.multi_items() if k in _FILTERS and v
@@ -281,7 +287,7 @@ def _version(item: Row) -> str:
 
 def _shown_item(conn: Any, item: Row) -> Row:
     item["version"] = _version(item)
-    if item["kind"] == "approval" and item["status"] == "pending":
+    if item["kind"] == ItemKind.APPROVAL and item["status"] == ItemStatus.PENDING:
         run = core.get_run(conn, item["run_id"])
         item["shown"] = core.shown_artifacts(item, run, core.feature_of(conn, item["run_id"]))
     else:

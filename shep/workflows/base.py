@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
+from events.inbox_status import ItemStatus
+
 if TYPE_CHECKING:
     from langgraph.graph.state import StateGraph
 
@@ -267,7 +269,7 @@ def route_gate(gate: ApprovalGate, approved: str) -> Callable[[Mapping[str, Any]
 
     def route(state: Mapping[str, Any]) -> str:
         verdict = (state.get("verdicts") or {}).get(gate.name)
-        return gate.phase if verdict == "rejected" else approved
+        return gate.phase if verdict == ItemStatus.REJECTED else approved
 
     route.__name__ = f"after_{gate.name}".replace("-", "_")
     return route
