@@ -15,7 +15,7 @@ import msgspec
 from events.errors import AlreadyDecidedError, ItemRefError
 from events.inbox_status import ItemKind, ItemStatus
 from events.run_status import WAITING_STATUSES
-from projections.queries import ids_with_prefix, rows_of
+from projections.queries import AWAITED_DECIDED, ids_with_prefix, rows_of
 
 Row = dict[str, Any]
 
@@ -93,7 +93,11 @@ def resolve_item(conn: apsw.Connection, ref: str, *, kind: str | None = None) ->
     pending = [r for r in every if kind is None or r["kind"] == kind]
     if not pending and every:
         other = every[0]
-        verb = "`shep answer`" if other["kind"] == "question" else "`shep approve` or `shep reject`"
+        verb = (
+            "`shep answer`"
+            if other["kind"] == ItemKind.QUESTION
+            else "`shep approve` or `shep reject`"
+        )
         raise ItemRefError(
             f"Run {runs[0][:8]} waits for {_article(other['kind'])} ({other['item_id'][:8]}), "
             f"not {_article(kind or '')}: use {verb}."
@@ -145,27 +149,11 @@ def count_pending(conn: apsw.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-#: A decided item its run is still suspended on. Said literally, not bound: SQLite uses the
-#: partial index ``inbox_awaited`` only for a WHERE that says its terms.
-_AWAITED_DECIDED = f"awaited=1 AND status!='{ItemStatus.PENDING}'"
-
-
 def has_awaited_decisions(conn: apsw.Connection) -> bool:
     """Whether a run is still suspended on an item that has its decision (it should be
     resumed): one look at a partial index, empty but for a moment."""
-    row = conn.execute(f"SELECT 1 FROM inbox WHERE {_AWAITED_DECIDED} LIMIT 1").fetchone()
+    row = conn.execute(f"SELECT 1 FROM inbox WHERE {AWAITED_DECIDED} LIMIT 1").fetchone()
     return row is not None
-
-
-def inbox_busy(conn: apsw.Connection) -> bool:
-    """Whether an item is pending, or decided while its run is still suspended on it: each
-    answered by its index, so that most commands, most of the time, do nothing more."""
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM inbox WHERE status=?) "
-        f"OR EXISTS (SELECT 1 FROM inbox WHERE {_AWAITED_DECIDED})",
-        (ItemStatus.PENDING.value,),
-    ).fetchone()
-    return row != (0,)
 
 
 def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:

@@ -17,6 +17,10 @@ Row = dict[str, Any]
 #: Runs that are not over: listed by `shep status` however old they are.
 _ACTIVE = tuple(sorted(s.value for s in RunStatus if s not in FINAL_STATUSES))
 _WAITING = frozenset(s.value for s in WAITING_STATUSES)
+#: An inbox item decided while its run is still suspended on it (the run should be resumed).
+#: Said literally, not bound: SQLite uses the partial index ``inbox_awaited`` only for a
+#: WHERE that says its terms.
+AWAITED_DECIDED = f"awaited=1 AND status!='{ItemStatus.PENDING}'"
 
 
 def ids_with_prefix(conn: apsw.Connection, table: str, column: str, ref: str) -> list[str]:
@@ -142,6 +146,18 @@ def _add_waiting(conn: apsw.Connection, runs: list[Row]) -> None:
             found["waiting"].append(
                 {"item_id": item_id, "kind": kind, "node": node, "prompt": prompt}
             )
+
+
+def inbox_has_work(conn: apsw.Connection) -> bool:
+    """Whether an inbox item is pending, or decided while its run is still suspended on it:
+    each answered by its index, so that most commands, most of the time, look no further
+    (and import nothing of the inbox's)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM inbox WHERE status=?) "
+        f"OR EXISTS (SELECT 1 FROM inbox WHERE {AWAITED_DECIDED})",
+        (ItemStatus.PENDING.value,),
+    ).fetchone()
+    return row != (0,)
 
 
 def get_run(conn: apsw.Connection, run_id: str) -> Row:

@@ -336,7 +336,7 @@ def procs() -> dict[str, str]:
 #: The enums that say the status words, by the file that defines them.
 STATUS_ENUMS = {
     "events/run_status.py": ("RunStatus", "NodeStatus"),
-    "events/inbox_status.py": ("ItemStatus",),
+    "events/inbox_status.py": ("ItemStatus", "ItemKind"),
     "events/supervisor.py": ("Autonomy",),
 }
 #: Words that were status words once and must not come back.
@@ -344,7 +344,7 @@ OLD_WORDS = frozenset({"granted"})
 #: What the agent CLIs print has statuses of its own ("completed", "failed"): not shep's.
 FOREIGN_WORDS = ("shep.agents",)
 #: A comparison is about a status when an operand that is not a literal names one.
-_ABOUT_STATUS = re.compile(r"status|verdict|autonomy|decision|effect|where", re.IGNORECASE)
+_ABOUT_STATUS = re.compile(r"status|kind|verdict|autonomy|decision|effect|where", re.IGNORECASE)
 _SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE)\b")
 
 

@@ -16,7 +16,7 @@ from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
 from projections.database import has_schema, lag, open_database
-from projections.inbox_queries import inbox_busy
+from projections.queries import inbox_has_work
 
 #: The file a home on a shared store keeps its copy of the log and its projections in.
 SHARED_COPY = "shared-cache.db"
@@ -203,7 +203,7 @@ class Runtime:
         one indexed look, so that most commands, most of the time, import nothing for it."""
         if not self.has_store():
             return False
-        return inbox_busy(self.read_db())
+        return inbox_has_work(self.read_db())
 
     def require_home(self) -> None:
         if not os.path.isdir(self.home_dir):

@@ -86,6 +86,7 @@ def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
                 "summary": approval.summary,
                 "phase": step.phase,
                 "artifacts": artifacts,
+                "gate_kind": step.kind,
             }
         )
         ctx.show_node(step.name, iteration)

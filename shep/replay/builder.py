@@ -33,7 +33,7 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
-from events.inbox_status import ItemStatus
+from events.inbox_status import ItemKind, ItemStatus
 from events.run_status import NodeStatus, RunStatus
 from events.runs import (
     AgentOutputRecorded,
@@ -307,9 +307,13 @@ class _Builder:
     # nodes
 
     def _node_started(self, position: int, e: NodeStarted) -> None:
-        asking = e.kind in ("question", "approval")
+        asking = e.kind in (ItemKind.QUESTION, ItemKind.APPROVAL)
         current = self.open.get(e.node)
-        if current is not None and asking and current.kind in ("question", "approval", "decision"):
+        if (
+            current is not None
+            and asking
+            and current.kind in (ItemKind.QUESTION, ItemKind.APPROVAL, "decision")
+        ):
             # The item was recorded just before its node's start, in one transaction.
             current.iteration, current.attempt = e.iteration, e.attempt
             self._touch(current, position)

@@ -19,6 +19,7 @@ import msgspec
 from events.base import Event
 from events.checkpoints import CheckpointSaved
 from events.errors import ShepError
+from events.inbox_status import ItemKind
 from events.run_status import RunStatus
 from events.runs import Usage
 from shep.replay.snapshots import snapshot_diff_stat
@@ -199,7 +200,10 @@ def last_status(frames: list[Frame]) -> str:
     for frame in reversed(frames):
         if frame.kind == "run" and frame.status in _RUN_ENDS:
             return frame.status
-        if frame.kind in ("question", "approval") and frame.status == FrameStatus.WAITING:
+        if (
+            frame.kind in (ItemKind.QUESTION, ItemKind.APPROVAL)
+            and frame.status == FrameStatus.WAITING
+        ):
             return FrameStatus.WAITING.value
         if frame.kind in ("node", "decision"):
             return RunStatus.RUNNING.value

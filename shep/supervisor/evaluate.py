@@ -27,6 +27,7 @@ from commands.policies import Policy, item_kind, load_policies, policy_for, sour
 from events.base import Event
 from events.errors import UnsafePathError
 from events.inbox import QuestionAsked
+from events.inbox_status import ItemKind
 from events.runs import RunCreated
 from events.store import EventStore
 from events.supervisor import DECIDING_VERDICTS, Autonomy, RuleResult, SupervisorVerdict
@@ -260,7 +261,7 @@ def _from_reply(reply: Reply, item: ItemState, kind: str) -> dict[str, Any]:
     if not reply.rationale:
         return {**base, "verdict": "escalate", "rationale": "the evaluator gave no rationale"}
     verdict = reply.verdict
-    if kind == "question":
+    if kind == ItemKind.QUESTION:
         if verdict in ("answer", "approve", "advise") and reply.answer:
             asked = item.asked
             assert isinstance(asked, QuestionAsked)

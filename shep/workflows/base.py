@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
+from events.inbox import GATE
 from events.inbox_status import ItemStatus
 
 if TYPE_CHECKING:
@@ -221,6 +222,8 @@ class ApprovalGate:
     title: str
     phase: str
     approval: Callable[[Mapping[str, Any]], Approval]
+    #: What a supervisor policy calls this gate (``ITEM_KINDS``; ``gate``: no kind of its own).
+    kind: str = GATE
 
 
 Step = AgentStep | DeterministicStep | QuestionStep | ApprovalGate

@@ -43,7 +43,7 @@ from tests.feature.conftest import git
 
 Reply = str | BaseException | Callable[[str], str]
 
-#: The node of each feature gate kind (what ``commands.policies.item_kind`` reads).
+#: The node of each feature gate kind.
 GATE_NODES = {"prd": "prd", "plan": "plan_gate", "merge": "merge_gate"}
 OPTIONS = [
     QuestionOption(id="small", label="Small: one module", recommended=True),
@@ -113,6 +113,7 @@ def feature_gate(kind: str, summary: str = "Ready for review", interrupt_id: str
         node=GATE_NODES[kind],
         summary=summary,
         phase=kind,
+        gate_kind=kind,
     )
 
 
