@@ -58,8 +58,9 @@ def bench_runs_page(home: Path, rounds: int) -> dict[str, float]:
     from commands.record_agent_output import OutputItem, record_agent_output
     from commands.start_run import start_run
     from events.store import EventStore
-    from projections.database import open_database, positions
+    from projections.database import open_database
     from projections.queries import list_runs
+    from projections.state import positions
 
     server = UiServer.start(env=_env(home))
     conn = open_database(home / "shep.db", readonly=True)

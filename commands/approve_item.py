@@ -29,19 +29,19 @@ def approve_item(
     """
     cosigned_by = None
     if cosign is not None:
-        from commands.supervise import cosign_state, latest_decision
+        from commands.supervise import Cosign, cosign_state, latest_decision
 
         item = load_item(store, item_id)
         if item is None:
             raise ItemNotFoundError(item_id.hex)
         if item.decision is None:
             where = cosign_state(store, item)
-            if where == "waiting":
+            if where == Cosign.WAITING:
                 if any(vote.actor == actor for vote in item.votes):
                     return item
                 return append_vote(store, item_id, actor=actor, rationale=comment, policy=cosign)
             latest = latest_decision(store, item)
-            if where == "cosigned" and latest is not None:
+            if where == Cosign.COSIGNED and latest is not None:
                 cosigned_by = f"supervisor:{latest.policy_version}"
         policy = policy or cosign
     state, _ = append_decision(

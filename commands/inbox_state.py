@@ -31,6 +31,7 @@ from events.inbox import (
     QuestionAsked,
     already_decided,
 )
+from events.inbox_status import ItemKind
 from events.store import EventStore
 
 Decision = QuestionAnswered | ApprovalGranted | ApprovalRejected
@@ -129,7 +130,11 @@ def append_decision(
     if state is None:
         raise ItemNotFoundError(item_id.hex)
     if state.kind != kind:
-        verb = "`shep approve` or `shep reject`" if state.kind == "approval" else "`shep answer`"
+        verb = (
+            "`shep approve` or `shep reject`"
+            if state.kind == ItemKind.APPROVAL
+            else "`shep answer`"
+        )
         raise WrongItemKindError(f"Item {item_id.hex[:8]} is {_article(state.kind)}; use {verb}.")
     run = load_run(store, state.asked.run_id)
     overrides = None
@@ -200,4 +205,4 @@ def append_vote(
 
 
 def _article(kind: str) -> str:
-    return "an approval gate" if kind == "approval" else "a question"
+    return "an approval gate" if kind == ItemKind.APPROVAL else "a question"

@@ -3,7 +3,8 @@
 Scopes are ``global``, ``repo:<absolute path>`` and ``run:<run id hex>``. An
 item is covered by the most specific *enabled* policy of its run, its run's
 repository, or the global one. A policy's autonomy may differ per item kind
-(the feature workflow's ``prd``, ``plan`` and ``merge`` gates, ``question``).
+(a gate's kind as its workflow names it: the feature workflow's ``prd``, ``plan`` and
+``merge``; ``question``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from events.runs import RunCreated
 from events.store import EventStore
 from events.supervisor import (
     AUTONOMY_LEVELS,
+    EVALUATOR_TIMEOUT,
     ITEM_KINDS,
     POLICY_STREAM_ID,
     Guardrails,
@@ -31,9 +33,6 @@ from events.supervisor import (
 
 if TYPE_CHECKING:
     from commands.inbox_state import ItemState
-
-#: The feature workflow's gate nodes, by the kind a policy names them with.
-GATE_KINDS = {"prd": "prd", "plan_gate": "plan", "merge_gate": "merge"}
 
 
 @dataclass
@@ -46,7 +45,7 @@ class Policy:
     overrides: dict[str, str] = field(default_factory=dict)
     guardrails: Guardrails = field(default_factory=Guardrails)
     model: str | None = None
-    timeout: float = 300.0
+    timeout: float = EVALUATOR_TIMEOUT
     enabled: bool = True
     configured_by: str = ""
     configured_at: datetime | None = None
@@ -135,10 +134,11 @@ def covering(
 
 
 def item_kind(asked: QuestionAsked | ApprovalRequested) -> str:
-    """``question``, a feature gate's kind (prd, plan, merge), or ``gate`` for other gates."""
+    """``question``, or the kind the gate's workflow gave it (the feature workflow's prd,
+    plan, merge; ``gate`` for one that names none), whatever its node is called."""
     if isinstance(asked, QuestionAsked):
         return "question"
-    return GATE_KINDS.get(asked.node, "gate")
+    return asked.gate_kind
 
 
 def check_policy(autonomy: str, overrides: dict[str, str], guardrails: Guardrails) -> None:

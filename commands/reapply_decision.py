@@ -24,6 +24,7 @@ from commands.run_state import load_run, next_events
 from commands.suspend_run import Ask, asked_node, item_event
 from events.base import utc_now
 from events.inbox import ApprovalRequested, ArtifactRef, item_stream_id
+from events.inbox_status import ItemKind
 from events.store import EventStore
 from events.words import counted
 
@@ -41,7 +42,7 @@ def check_reapply(ask: Ask, origin: ItemState) -> Reapply:
     decided on, artifact for artifact, with every hash known.
     """
     short = origin.item_id.hex[:8]
-    if ask.kind == "question":
+    if ask.kind == ItemKind.QUESTION:
         return Reapply(
             True,
             f"reapplied: the answer to the same question ({ask.node}, iteration "

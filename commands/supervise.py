@@ -17,6 +17,7 @@ recorded, so after a crash it neither decides an item twice nor skips one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -24,11 +25,14 @@ from commands.inbox_state import ItemState, append_decision, is_person, load_ite
 from events.base import Event, utc_now
 from events.errors import AlreadyDecidedError, ConcurrencyError, RunNotWaitingError
 from events.inbox import ApprovalGranted, ApprovalRejected, QuestionAnswered
+from events.inbox_status import ItemKind
 from events.store import EventStore
 from events.supervisor import (
+    Autonomy,
     RuleResult,
     SupervisorDecisionMade,
     SupervisorDecisionRefused,
+    SupervisorVerdict,
     supervisor_stream_id,
 )
 
@@ -130,7 +134,11 @@ def record_verdict(store: EventStore, v: Verdict, *, position: int) -> Recorded:
         return Recorded(refused_by=decided_by)
     effect = _effect(item, v)
     if effect is None:
-        pending = v.autonomy == "cosign" and v.verdict == "approve" and v.kind != "question"
+        pending = (
+            v.autonomy == Autonomy.COSIGN
+            and v.verdict == SupervisorVerdict.APPROVE
+            and v.kind != ItemKind.QUESTION
+        )
         store.append([_made(store, v, acted=False, pending=pending)], tracking=tracking)
         return Recorded(cosign_pending=pending)
     cls, fields = effect
@@ -149,12 +157,12 @@ def record_verdict(store: EventStore, v: Verdict, *, position: int) -> Recorded:
 def _effect(item: ItemState, v: Verdict) -> tuple[type[Any], dict[str, Any]] | None:
     """The item decision ``v`` makes, or None when it only advises or escalates."""
     common = {"actor": v.actor, "policy": v.policy_version}
-    if v.autonomy == "autonomous":
-        if v.verdict == "approve" and item.kind == "approval":
+    if v.autonomy == Autonomy.AUTONOMOUS:
+        if v.verdict == SupervisorVerdict.APPROVE and item.kind == ItemKind.APPROVAL:
             return ApprovalGranted, {**common, "rationale": v.rationale}
-        if v.verdict == "reject" and item.kind == "approval":
+        if v.verdict == SupervisorVerdict.REJECT and item.kind == ItemKind.APPROVAL:
             return ApprovalRejected, {**common, "rationale": v.rationale}
-        if v.verdict == "answer" and item.kind == "question" and v.answer:
+        if v.verdict == SupervisorVerdict.ANSWER and item.kind == ItemKind.QUESTION and v.answer:
             return QuestionAnswered, {
                 "actor": v.actor,
                 "answer": v.answer,
@@ -162,7 +170,12 @@ def _effect(item: ItemState, v: Verdict) -> tuple[type[Any], dict[str, Any]] | N
             }
         return None
     votes = [vote for vote in item.votes if is_person(vote.actor)]
-    if v.autonomy == "cosign" and v.verdict == "approve" and item.kind == "approval" and votes:
+    if (
+        v.autonomy == Autonomy.COSIGN
+        and v.verdict == SupervisorVerdict.APPROVE
+        and item.kind == ItemKind.APPROVAL
+        and votes
+    ):
         return ApprovalGranted, {
             **common,
             "rationale": v.rationale,
@@ -216,14 +229,23 @@ def _pending_cosign(store: EventStore, item: ItemState) -> SupervisorDecisionMad
     return latest if latest is not None and latest.cosign_pending else None
 
 
-def cosign_state(store: EventStore, item: ItemState) -> str:
-    """Where a cosign gate stands for a user's approval: ``cosigned`` (the supervisor
-    approved: the user's approval decides), ``declined`` (it rejected or escalated:
-    the user decides alone) or ``waiting`` (it has not decided yet)."""
+class Cosign(StrEnum):
+    """Where a cosign gate stands for a user's approval."""
+
+    #: The supervisor approved: the user's approval decides.
+    COSIGNED = "cosigned"
+    #: It rejected or escalated: the user decides alone.
+    DECLINED = "declined"
+    #: It has not decided yet: the user's approval is a vote.
+    WAITING = "waiting"
+
+
+def cosign_state(store: EventStore, item: ItemState) -> Cosign:
+    """Where a cosign gate stands for a user's approval (``Cosign``)."""
     latest = latest_decision(store, item)
     if latest is None:
-        return "waiting"
-    return "cosigned" if latest.cosign_pending else "declined"
+        return Cosign.WAITING
+    return Cosign.COSIGNED if latest.cosign_pending else Cosign.DECLINED
 
 
 def skip(store: EventStore, position: int) -> None:

@@ -21,12 +21,14 @@ from commands.run_state import CONFLICT_RETRIES, RunState, load_run, next_events
 from events.base import Event, utc_now
 from events.errors import ConcurrencyError
 from events.inbox import (
+    GATE,
     ApprovalRequested,
     ArtifactRef,
     QuestionAsked,
     QuestionOption,
     item_stream_id,
 )
+from events.inbox_status import ItemKind
 from events.runs import NodeStarted, RunSuspended
 from events.store import EventStore
 
@@ -47,11 +49,13 @@ class Ask(msgspec.Struct, frozen=True, kw_only=True):
     artifacts: list[ArtifactRef] = []
     #: Why the origin's decision was (not) reapplied, in a fork with --reapply-answers.
     reapply: str | None = None
+    #: A gate's kind, as its workflow says it (``ApprovalRequested.gate_kind``).
+    gate_kind: str = GATE
 
 
 def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
     now = utc_now()
-    if ask.kind == "question":
+    if ask.kind == ItemKind.QUESTION:
         deadline = (
             (now + timedelta(seconds=ask.default_after)).isoformat()
             if ask.default_after is not None
@@ -83,6 +87,7 @@ def item_event(run_id: UUID, item_id: UUID, ask: Ask) -> Event:
         iteration=ask.iteration,
         interrupt_id=ask.interrupt_id,
         reapply=ask.reapply,
+        gate_kind=ask.gate_kind,
     )
 
 
@@ -110,7 +115,7 @@ def suspend_run(
             if load_item(store, item_id) is None:
                 item_events.append(item_event(run_id, item_id, ask))
                 run_items.append(asked_node(ask))
-        approval = any(ask.kind == "approval" for ask in asks)
+        approval = any(ask.kind == ItemKind.APPROVAL for ask in asks)
         run_items.append((RunSuspended, {"item_ids": item_ids, "approval": approval}))
         events = next_events(state, run_items, epoch=epoch)
         try:

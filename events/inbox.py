@@ -51,6 +51,13 @@ class ArtifactRef(msgspec.Struct, frozen=True, kw_only=True):
     kind: str = "file"
 
 
+#: The kind of a gate that names none.
+GATE = "gate"
+#: The feature workflow's gate nodes by the kind a policy names them with, as shep 0.2.0
+#: knew them: what its ``ApprovalRequested`` (which said no kind) are read with.
+_GATE_KINDS_0_2 = {"prd": "prd", "plan_gate": "plan", "merge_gate": "merge"}
+
+
 class QuestionAsked(Event, frozen=True, kw_only=True, tag_field="class_version", tag=2):
     """A workflow asked a person something: 2 to 9 options, one recommended, free text allowed.
 
@@ -118,19 +125,26 @@ class QuestionAnswered(Event, frozen=True, kw_only=True):
     overrides: str | None = None
 
 
-class ApprovalRequested(Event, frozen=True, kw_only=True, tag_field="class_version", tag=2):
+class ApprovalRequested(Event, frozen=True, kw_only=True, tag_field="class_version", tag=3):
     """A workflow gate needs a yes or no before the run goes on.
 
     ``phase`` is the node a rejection sends the run back to; ``artifacts`` are
-    the files being approved, each with the sha256 of its content.
+    the files being approved, each with the sha256 of its content. ``gate_kind`` is
+    what a supervisor policy calls the gate (the workflow says it).
     """
 
-    class_version: ClassVar[int] = 2
+    class_version: ClassVar[int] = 3
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         """Version 1 (shep 0.1.0) had no ``reapply``."""
         state.setdefault("reapply", None)
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        """Version 2 (shep 0.2.0) had no ``gate_kind``: the only gates then were the feature
+        workflow's, known by their node names."""
+        state.setdefault("gate_kind", _GATE_KINDS_0_2.get(state.get("node", ""), GATE))
 
     run_id: UUID
     node: str
@@ -144,6 +158,9 @@ class ApprovalRequested(Event, frozen=True, kw_only=True, tag_field="class_versi
     #: to this gate, and why; it is only when every artifact is byte-identical to those
     #: the origin's decision was about (None when the origin asked no such gate).
     reapply: str | None = None
+    #: What a supervisor policy calls this gate: the feature workflow's ``prd``, ``plan`` and
+    #: ``merge``; ``gate`` for a gate that names no kind.
+    gate_kind: str = GATE
 
 
 class ApprovalGranted(Event, frozen=True, kw_only=True):

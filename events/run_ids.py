@@ -6,6 +6,11 @@ resolves a prefix without it.
 
 from __future__ import annotations
 
+#: The environment variable each process shep starts for a run carries (the agent CLIs, a
+#: feature's setup and test commands): the run's id, in hex. ``shep cancel`` finds a run's
+#: agents by it even when their worker is gone.
+RUN_ID_ENV = "SHEP_RUN_ID"
+
 
 def hex_prefix(ref: str) -> str | None:
     """``ref`` as a lowercase prefix of a hex id (dashes dropped), or None if it cannot be."""

@@ -16,6 +16,7 @@ and answers.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from uuid import UUID
 
 import msgspec
@@ -25,10 +26,37 @@ from events.base import Event, named_stream_id
 #: The one stream of every scope's policy.
 POLICY_STREAM_ID = named_stream_id("supervisor-policies")
 
-AUTONOMY_LEVELS = ("advisory", "cosign", "autonomous")
+
+class Autonomy(StrEnum):
+    """What a policy lets the supervisor do: advise only, approve together with a user, or
+    decide on its own."""
+
+    ADVISORY = "advisory"
+    COSIGN = "cosign"
+    AUTONOMOUS = "autonomous"
+
+
+class SupervisorVerdict(StrEnum):
+    """What the supervisor's evaluator decided about an item (``SupervisorDecisionMade``'s
+    ``decision``)."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    ANSWER = "answer"
+    ESCALATE = "escalate"
+    ADVISE = "advise"
+
+
+AUTONOMY_LEVELS = tuple(a.value for a in Autonomy)
 #: What a policy can treat apart: the feature workflow's three gates, and questions.
 ITEM_KINDS = ("prd", "plan", "merge", "question")
-VERDICTS = ("approve", "reject", "answer", "escalate", "advise")
+VERDICTS = tuple(v.value for v in SupervisorVerdict)
+#: Verdicts that decide an item (the others leave it to people).
+DECIDING_VERDICTS = frozenset(
+    {SupervisorVerdict.APPROVE, SupervisorVerdict.REJECT, SupervisorVerdict.ANSWER}
+)
+#: Seconds the evaluator may take before the item is escalated, unless a policy says.
+EVALUATOR_TIMEOUT = 300.0
 
 
 def supervisor_stream_id(run_id: UUID) -> UUID:
@@ -71,7 +99,7 @@ class PolicyConfigured(Event, frozen=True, kw_only=True):
     #: The evaluator's model (None: the agent's configured default).
     model: str | None = None
     #: Seconds the evaluator may take before the item is escalated.
-    timeout: float = 300.0
+    timeout: float = EVALUATOR_TIMEOUT
     configured_by: str
 
 

@@ -24,6 +24,7 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
+from events.inbox_status import ItemKind, ItemStatus
 from events.supervisor import SupervisorDecisionMade, SupervisorDecisionRefused
 from projections.base import Batch, Projection, Writer
 
@@ -65,14 +66,15 @@ def _answered(b: Batch, event: Event) -> None:
     run_id, node, prompt_version = _subject_of(b.cursor, subject)
     acted, overrides, cosigned_by = 1, None, None
     if isinstance(event, QuestionAnswered):
-        kind, decision, rationale, policy = "question", event.answer, "", None
+        kind, decision, rationale, policy = ItemKind.QUESTION.value, event.answer, "", None
         overrides = event.overrides
     elif isinstance(event, ApprovalVoted):
         kind, decision, rationale, policy = "vote", "approve", event.rationale, event.policy
         acted = 0
     else:
-        kind = "approval"
-        decision = "granted" if isinstance(event, ApprovalGranted) else "rejected"
+        kind = ItemKind.APPROVAL.value
+        verdict = ItemStatus.APPROVED if isinstance(event, ApprovalGranted) else ItemStatus.REJECTED
+        decision = verdict.value
         rationale, policy, overrides = event.rationale, event.policy, event.overrides
         cosigned_by = event.cosigned_by if isinstance(event, ApprovalGranted) else None
     b.cursor.execute(

@@ -8,6 +8,7 @@ from typing import Any
 import apsw
 
 from events.errors import AmbiguousRunIdError, FeatureNotFoundError
+from events.inbox_status import ItemStatus
 from events.runs import FINAL_STATUSES
 from projections.queries import Row, ids_with_prefix, rows_of
 
@@ -54,7 +55,8 @@ def _add_waiting(conn: apsw.Connection, features: list[Row]) -> None:
     for item in rows_of(
         conn.execute(
             "SELECT item_id, run_id, kind, node, prompt, asked_at FROM inbox "
-            "WHERE status='pending' ORDER BY asked_at, item_id"
+            "WHERE status=? ORDER BY asked_at, item_id",
+            (ItemStatus.PENDING.value,),
         )
     ):
         found = by_run.get(item.pop("run_id"))

@@ -23,6 +23,7 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
+from events.inbox_status import ItemKind, ItemStatus
 from events.runs import RunCancelled, RunFailed, RunResumed, RunSuspended
 from events.supervisor import SupervisorDecisionMade
 from projections.base import Batch, Projection
@@ -41,12 +42,10 @@ DDL = (
     # Decided items a run is still suspended on: empty but for a moment, checked by every
     # command, so a partial index answers at once however long the inbox's history.
     "CREATE INDEX IF NOT EXISTS inbox_awaited ON inbox (run_id) "
-    "WHERE awaited=1 AND status!='pending'",
+    # The status is spelt out (not bound) here and in the queries that read this index:
+    # SQLite uses a partial index only for a WHERE that says its terms literally.
+    f"WHERE awaited=1 AND status!='{ItemStatus.PENDING}'",
 )
-
-#: Item statuses: pending until decided, then answered, granted or rejected; withdrawn
-#: when its run is cancelled or fails first.
-PENDING = "pending"
 
 
 def _asked(b: Batch, event: Event) -> None:
@@ -58,9 +57,10 @@ def _asked(b: Batch, event: Event) -> None:
     b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, context, options, "
         "free_text, deadline, interrupt_id, status, asked_at) "
-        "VALUES (?, 'question', ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             b.stream,
+            ItemKind.QUESTION.value,
             event.run_id.hex,
             event.node,
             event.iteration,
@@ -70,6 +70,7 @@ def _asked(b: Batch, event: Event) -> None:
             int(event.free_text),
             event.deadline,
             event.interrupt_id,
+            ItemStatus.PENDING.value,
             b.at,
         ),
     )
@@ -81,9 +82,10 @@ def _requested(b: Batch, event: Event) -> None:
     b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, phase, artifacts, "
         "free_text, interrupt_id, status, asked_at) "
-        "VALUES (?, 'approval', ?, ?, ?, ?, ?, ?, 0, ?, 'pending', ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
         (
             b.stream,
+            ItemKind.APPROVAL.value,
             event.run_id.hex,
             event.node,
             event.iteration,
@@ -91,6 +93,7 @@ def _requested(b: Batch, event: Event) -> None:
             event.phase or None,
             json.dumps(artifacts),
             event.interrupt_id,
+            ItemStatus.PENDING.value,
             b.at,
         ),
     )
@@ -99,18 +102,17 @@ def _requested(b: Batch, event: Event) -> None:
 def _answered(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAnswered)
     b.cursor.execute(
-        "UPDATE inbox SET status='answered', answer=?, option_id=?, actor=?, answered_at=? "
-        "WHERE item_id=?",
-        (event.answer, event.option_id, event.actor, b.at, b.stream),
+        "UPDATE inbox SET status=?, answer=?, option_id=?, actor=?, answered_at=? WHERE item_id=?",
+        (ItemStatus.ANSWERED.value, event.answer, event.option_id, event.actor, b.at, b.stream),
     )
 
 
 def _decided(b: Batch, event: Event) -> None:
     assert isinstance(event, ApprovalGranted | ApprovalRejected)
-    status = "granted" if isinstance(event, ApprovalGranted) else "rejected"
+    status = ItemStatus.APPROVED if isinstance(event, ApprovalGranted) else ItemStatus.REJECTED
     b.cursor.execute(
         "UPDATE inbox SET status=?, actor=?, rationale=?, policy=?, answered_at=? WHERE item_id=?",
-        (status, event.actor, event.rationale, event.policy, b.at, b.stream),
+        (status.value, event.actor, event.rationale, event.policy, b.at, b.stream),
     )
 
 
@@ -156,8 +158,8 @@ def _resumed(b: Batch, event: Event) -> None:
 def _ended(b: Batch, event: Event) -> None:
     # A cancelled or failed run's open items can no longer be decided: off the inbox.
     b.cursor.execute(
-        "UPDATE inbox SET status='withdrawn', awaited=0 WHERE run_id=? AND status='pending'",
-        (b.stream,),
+        "UPDATE inbox SET status=?, awaited=0 WHERE run_id=? AND status=?",
+        (ItemStatus.WITHDRAWN.value, b.stream, ItemStatus.PENDING.value),
     )
 
 

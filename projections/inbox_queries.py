@@ -13,8 +13,9 @@ import apsw
 import msgspec
 
 from events.errors import AlreadyDecidedError, ItemRefError
+from events.inbox_status import ItemKind, ItemStatus
 from events.run_status import WAITING_STATUSES
-from projections.queries import ids_with_prefix, rows_of
+from projections.queries import AWAITED_DECIDED, ids_with_prefix, rows_of
 
 Row = dict[str, Any]
 
@@ -43,7 +44,7 @@ def list_inbox(
     conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
 ) -> list[Row]:
     """Every pending item, oldest first, with its run's workflow and repository."""
-    where, params = ["i.status='pending'"], []
+    where, params = ["i.status=?"], [ItemStatus.PENDING.value]
     if repo is not None:
         where.append("r.repo=?")
         params.append(repo)
@@ -92,7 +93,11 @@ def resolve_item(conn: apsw.Connection, ref: str, *, kind: str | None = None) ->
     pending = [r for r in every if kind is None or r["kind"] == kind]
     if not pending and every:
         other = every[0]
-        verb = "`shep answer`" if other["kind"] == "question" else "`shep approve` or `shep reject`"
+        verb = (
+            "`shep answer`"
+            if other["kind"] == ItemKind.QUESTION
+            else "`shep approve` or `shep reject`"
+        )
         raise ItemRefError(
             f"Run {runs[0][:8]} waits for {_article(other['kind'])} ({other['item_id'][:8]}), "
             f"not {_article(kind or '')}: use {verb}."
@@ -113,32 +118,42 @@ def _refuse_if_decided(conn: apsw.Connection, run_id: str, kind: str | None) -> 
     supervisor, a deadline decided first), and is told who and when, as one who
     named the item is.
     """
-    kinds = [kind] if kind else ["question", "approval"]
+    kinds = [kind] if kind else [k.value for k in ItemKind]
+    decided = (ItemStatus.ANSWERED.value, ItemStatus.APPROVED.value, ItemStatus.REJECTED.value)
     row = conn.execute(
         "SELECT item_id, status, answer, actor, answered_at FROM inbox WHERE run_id=? "
-        f"AND kind IN ({','.join('?' * len(kinds))}) AND status IN ('answered', 'granted', "
-        "'rejected') ORDER BY answered_at DESC, asked_at DESC LIMIT 1",
-        (run_id, *kinds),
+        f"AND kind IN ({','.join('?' * len(kinds))}) AND status IN (?, ?, ?) "
+        "ORDER BY answered_at DESC, asked_at DESC LIMIT 1",
+        (run_id, *kinds, *decided),
     ).fetchone()
     if row is None:
         return
     from events.inbox import already_decided  # the events, only on this error path
 
     item_id, status, answer, actor, at = row
-    decided = {"granted": "approved", "rejected": "rejected"}.get(status, f"answered {answer!r}")
+    said = status if status != ItemStatus.ANSWERED else f"answered {answer!r}"
     raise AlreadyDecidedError(
-        already_decided(item_id, decided, actor, datetime.fromisoformat(at)), actor=actor
+        already_decided(item_id, said, actor, datetime.fromisoformat(at)), actor=actor
     )
 
 
 def _article(kind: str) -> str:
-    return "an approval" if kind == "approval" else "a question"
+    return "an approval" if kind == ItemKind.APPROVAL else "a question"
 
 
 def count_pending(conn: apsw.Connection) -> int:
     """How many items wait for a decision."""
-    row = conn.execute("SELECT count(*) FROM inbox WHERE status='pending'").fetchone()
+    row = conn.execute(
+        "SELECT count(*) FROM inbox WHERE status=?", (ItemStatus.PENDING.value,)
+    ).fetchone()
     return int(row[0]) if row else 0
+
+
+def has_awaited_decisions(conn: apsw.Connection) -> bool:
+    """Whether a run is still suspended on an item that has its decision (it should be
+    resumed): one look at a partial index, empty but for a moment."""
+    row = conn.execute(f"SELECT 1 FROM inbox WHERE {AWAITED_DECIDED} LIMIT 1").fetchone()
+    return row is not None
 
 
 def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:
@@ -146,9 +161,9 @@ def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:
     return _rows(
         conn.execute(
             f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            "WHERE i.status='pending' AND i.kind='question' AND i.deadline IS NOT NULL "
+            "WHERE i.status=? AND i.kind=? AND i.deadline IS NOT NULL "
             "AND i.deadline < ? ORDER BY i.deadline",
-            (now,),
+            (ItemStatus.PENDING.value, ItemKind.QUESTION.value, now),
         )
     )
 
@@ -161,7 +176,8 @@ def list_runs_to_resume(conn: apsw.Connection, *, host: str | None = None) -> li
     """
     statement = (
         "SELECT DISTINCT i.run_id FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-        "WHERE i.awaited=1 AND i.status!='pending' "
+        # Said literally, not bound: SQLite uses the partial index inbox_awaited only then.
+        f"WHERE i.awaited=1 AND i.status!='{ItemStatus.PENDING}' "
         f"AND r.status IN ({','.join('?' * len(_WAITING))})"
     )
     params: tuple[str, ...] = _WAITING
@@ -174,7 +190,7 @@ def list_runs_to_resume(conn: apsw.Connection, *, host: str | None = None) -> li
 def count_rejections(conn: apsw.Connection, run_id: str, phase: str) -> int:
     """How many times a gate of the run has rejected ``phase``."""
     row = conn.execute(
-        "SELECT count(*) FROM inbox WHERE run_id=? AND phase=? AND status='rejected'",
-        (run_id, phase),
+        "SELECT count(*) FROM inbox WHERE run_id=? AND phase=? AND status=?",
+        (run_id, phase, ItemStatus.REJECTED.value),
     ).fetchone()
     return int(row[0]) if row else 0

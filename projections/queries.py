@@ -8,6 +8,7 @@ from typing import Any
 import apsw
 
 from events.errors import RunNotFoundError
+from events.inbox_status import ItemStatus
 from events.run_ids import hex_prefix, single_run
 from events.run_status import FINAL_STATUSES, WAITING_STATUSES, RunStatus
 
@@ -16,6 +17,10 @@ Row = dict[str, Any]
 #: Runs that are not over: listed by `shep status` however old they are.
 _ACTIVE = tuple(sorted(s.value for s in RunStatus if s not in FINAL_STATUSES))
 _WAITING = frozenset(s.value for s in WAITING_STATUSES)
+#: An inbox item decided while its run is still suspended on it (the run should be resumed).
+#: Said literally, not bound: SQLite uses the partial index ``inbox_awaited`` only for a
+#: WHERE that says its terms.
+AWAITED_DECIDED = f"awaited=1 AND status!='{ItemStatus.PENDING}'"
 
 
 def ids_with_prefix(conn: apsw.Connection, table: str, column: str, ref: str) -> list[str]:
@@ -133,14 +138,26 @@ def _add_waiting(conn: apsw.Connection, runs: list[Row]) -> None:
     if not waiting:
         return
     for item_id, run_id, kind, node, prompt in conn.execute(
-        "SELECT item_id, run_id, kind, node, prompt FROM inbox WHERE status='pending' "
-        "ORDER BY asked_at"
+        "SELECT item_id, run_id, kind, node, prompt FROM inbox WHERE status=? ORDER BY asked_at",
+        (ItemStatus.PENDING.value,),
     ):
         found = waiting.get(run_id)
         if found is not None:
             found["waiting"].append(
                 {"item_id": item_id, "kind": kind, "node": node, "prompt": prompt}
             )
+
+
+def inbox_has_work(conn: apsw.Connection) -> bool:
+    """Whether an inbox item is pending, or decided while its run is still suspended on it:
+    each answered by its index, so that most commands, most of the time, look no further
+    (and import nothing of the inbox's)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM inbox WHERE status=?) "
+        f"OR EXISTS (SELECT 1 FROM inbox WHERE {AWAITED_DECIDED})",
+        (ItemStatus.PENDING.value,),
+    ).fetchone()
+    return row != (0,)
 
 
 def get_run(conn: apsw.Connection, run_id: str) -> Row:

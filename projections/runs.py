@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from events.base import Event
+from events.run_status import NodeStatus
 from events.runs import (
     AgentOutputRecorded,
     AgentSessionRecorded,
@@ -84,8 +85,11 @@ def _created(b: Batch, event: Event) -> None:
         ),
     )
     b.cursor.executemany(
-        "INSERT OR IGNORE INTO nodes (run_id, node, status, phase, seq) VALUES (?,?,'pending',1,?)",
-        [(b.stream, node, seq) for seq, node in enumerate(event.node_names)],
+        "INSERT OR IGNORE INTO nodes (run_id, node, status, phase, seq) VALUES (?,?,?,1,?)",
+        [
+            (b.stream, node, NodeStatus.PENDING.value, seq)
+            for seq, node in enumerate(event.node_names)
+        ],
     )
 
 
@@ -107,11 +111,19 @@ def _node_started(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeStarted)
     b.cursor.execute(
         "INSERT INTO nodes (run_id, node, status, kind, iteration, attempt, started_at) "
-        "VALUES (?,?,'running',?,?,?,?) "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status='running', kind=excluded.kind, "
+        "VALUES (?,?,?,?,?,?,?) "
+        "ON CONFLICT (run_id, node) DO UPDATE SET status=excluded.status, kind=excluded.kind, "
         "iteration=excluded.iteration, attempt=excluded.attempt, "
         "started_at=excluded.started_at, finished_at=NULL, error=NULL",
-        (b.stream, event.node, event.kind, event.iteration, event.attempt, b.at),
+        (
+            b.stream,
+            event.node,
+            NodeStatus.RUNNING.value,
+            event.kind,
+            event.iteration,
+            event.attempt,
+            b.at,
+        ),
     )
     _update(b, "current_node=?, current_iteration=?", event.node, event.iteration)
     _touch(b, event)
@@ -133,8 +145,8 @@ def _node_completed(b: Batch, event: Event) -> None:
     b.cursor.execute(
         "INSERT INTO nodes (run_id, node, status, completions, finished_at, duration_ms, "
         "agent_session_id, input_tokens, output_tokens, cost_usd) "
-        "VALUES (?,?,'completed',1,?,?,?,?,?,?) "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status='completed', "
+        "VALUES (?,?,?,1,?,?,?,?,?,?) "
+        "ON CONFLICT (run_id, node) DO UPDATE SET status=excluded.status, "
         "completions=completions+1, finished_at=excluded.finished_at, "
         "duration_ms=excluded.duration_ms, "
         "agent_session_id=coalesce(excluded.agent_session_id, agent_session_id), "
@@ -143,6 +155,7 @@ def _node_completed(b: Batch, event: Event) -> None:
         (
             b.stream,
             event.node,
+            NodeStatus.COMPLETED.value,
             b.at,
             event.duration_ms,
             event.agent_session_id,
@@ -170,9 +183,16 @@ def _node_failed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeFailed)
     b.cursor.execute(
         "INSERT INTO nodes (run_id, node, status, finished_at, duration_ms, error) "
-        "VALUES (?,?,'failed',?,?,?) ON CONFLICT (run_id, node) DO UPDATE SET status='failed', "
+        "VALUES (?,?,?,?,?,?) ON CONFLICT (run_id, node) DO UPDATE SET status=excluded.status, "
         "finished_at=excluded.finished_at, duration_ms=excluded.duration_ms, error=excluded.error",
-        (b.stream, event.node, b.at, event.duration_ms, f"{event.error_type}: {event.message}"),
+        (
+            b.stream,
+            event.node,
+            NodeStatus.FAILED.value,
+            b.at,
+            event.duration_ms,
+            f"{event.error_type}: {event.message}",
+        ),
     )
     _update(b, "current_node=NULL")
     _touch(b, event)
@@ -212,9 +232,13 @@ def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> H
             params.append(b.at)
             # A node the run left running, or waiting for a person, goes no further.
             b.cursor.execute(
-                "UPDATE nodes SET status='stopped' WHERE run_id=? "
-                "AND status IN ('running', 'waiting')",
-                (b.stream,),
+                "UPDATE nodes SET status=? WHERE run_id=? AND status IN (?, ?)",
+                (
+                    NodeStatus.STOPPED.value,
+                    b.stream,
+                    NodeStatus.RUNNING.value,
+                    NodeStatus.WAITING.value,
+                ),
             )
         if error:
             assignments += ", error=?"
@@ -231,7 +255,8 @@ def _suspended(b: Batch, event: Event) -> None:
     _update(b, "status=?, current_node=NULL", status.value)
     # The question or gate nodes asked: waiting for people, not running.
     b.cursor.execute(
-        "UPDATE nodes SET status='waiting' WHERE run_id=? AND status='running'", (b.stream,)
+        "UPDATE nodes SET status=? WHERE run_id=? AND status=?",
+        (NodeStatus.WAITING.value, b.stream, NodeStatus.RUNNING.value),
     )
     _touch(b, event)
 

@@ -40,8 +40,10 @@ PROJECTION_VERSIONS = {
     # 2: counts in the singular ("1 node", "1 file"); the merge's prepared commit.
     "logs": 2,
     # 2: each artifact says its kind (file, diff, tests).
-    "inbox": 2,
-    "decisions": 1,
+    # 3: an approved gate's status is "approved" (was "granted"), the word shown everywhere.
+    "inbox": 3,
+    # 2: an approved gate's decision is "approved" (was "granted").
+    "decisions": 2,
     "checkpoints": 1,
     "features": 1,
 }

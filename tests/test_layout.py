@@ -8,11 +8,14 @@
 - Only ``shep/home/procs.py`` reads processes (psutil, ``/proc``).
 - tests/ mirrors the code: each folder is a package's (``tests/shep/runs`` for ``shep/runs``)
   or one of a few named ones (whole-CLI tests, shared tooling); see tests/README.md.
+- The status words (run, node, inbox item, autonomy) are enums said once: no comparison
+  with a bare status word, no SQL statement that spells one.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -222,6 +225,7 @@ KNOWN: dict[str, set[str]] = {
     "arrows": set(),
     "sizes": set(),
     "private": set(),
+    "words": set(),
     "procs": set(),
 }
 
@@ -318,6 +322,67 @@ def procs() -> dict[str, str]:
     return found
 
 
+#: The enums that say the status words, by the file that defines them.
+STATUS_ENUMS = {
+    "events/run_status.py": ("RunStatus", "NodeStatus"),
+    "events/inbox_status.py": ("ItemStatus", "ItemKind"),
+    "events/supervisor.py": ("Autonomy",),
+}
+#: Words that were status words once and must not come back.
+OLD_WORDS = frozenset({"granted"})
+#: What the agent CLIs print has statuses of its own ("completed", "failed"): not shep's.
+FOREIGN_WORDS = ("shep.agents",)
+#: A comparison is about a status when an operand that is not a literal names one.
+_ABOUT_STATUS = re.compile(r"status|kind|verdict|autonomy|decision|effect|where", re.IGNORECASE)
+_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE)\b")
+
+
+@cache
+def status_words() -> frozenset[str]:
+    """Every value of the status enums, read from their class bodies."""
+    found = set(OLD_WORDS)
+    for path, classes in STATUS_ENUMS.items():
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                for item in node.body:
+                    if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
+                        found.add(item.value.value)
+    return frozenset(found)
+
+
+def _literals(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [w for e in node.elts for w in _literals(e)]
+    return []
+
+
+def words(root: Path = ROOT) -> dict[str, str]:
+    """Bare status words: in a comparison with a status (``x.status == "pending"``), or
+    quoted in an SQL statement (``WHERE status='pending'``; bind the enum's value, or put
+    it in with an f-string where SQLite needs the literal, as a partial index does)."""
+    said = status_words()
+    quoted = re.compile("'(" + "|".join(sorted(said)) + ")'")
+    found = {}
+    for module, path in modules().items():
+        if _in(module, FOREIGN_WORDS):
+            continue
+        source = root / path.relative_to(ROOT)
+        for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            hits: list[str] = []
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                named = [ast.unparse(o) for o in operands if not _literals(o)]
+                if any(_ABOUT_STATUS.search(n) for n in named):
+                    hits = [w for o in operands for w in _literals(o) if w in said]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                hits = quoted.findall(node.value) if _SQL.search(node.value) else []
+            for word in hits:
+                found[f"{module} {word}"] = f"{module}:{node.lineno} {word!r}"
+    return found
+
+
 def test_only_faces_print_or_import_click() -> None:
     """No module outside the faces imports click or prompt-toolkit, or writes to a terminal."""
     _ratchet("prints", prints())
@@ -348,6 +413,37 @@ def test_no_private_names_across_modules() -> None:
     (namedtuple's ``_make``/``_replace`` and ``super()._x`` excepted); a ``_module`` is
     imported only by its own package."""
     _ratchet("private", private())
+
+
+def test_status_words_are_said_once() -> None:
+    """Run, node, inbox item and autonomy statuses are compared and written through their
+    enums (``events.run_status``, ``events.inbox_status``, ``events.supervisor``), so that a
+    word cannot drift apart between the writer and a reader ("granted" and "approved")."""
+    _ratchet("words", words())
+
+
+#: A module as the status word rule must judge it: two bare words, and two that are not.
+_BARE_WORDS = '''
+def f(row, conn):
+    """Rows that are pending, or keys named waiting."""
+    keys = [k for k in row if k not in ("tasks", "waiting")]
+    if row["status"] == "pending":
+        conn.execute("SELECT 1 FROM inbox WHERE status!='approved'")
+    return keys
+'''
+
+
+def test_the_status_word_rule_sees_a_bare_word(tmp_path: Path) -> None:
+    """The rule is not vacuous: the words are read from the enums, and a bare word in a
+    comparison with a status or in an SQL statement is found, while the same word as a
+    dict key or in prose is not."""
+    assert {"pending", "waiting_approval", "stopped", "approved", "cosign"} <= status_words()
+    module = "projections.queries"
+    for name, path in modules().items():
+        target = tmp_path / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(_BARE_WORDS if name == module else "")
+    assert sorted(words(tmp_path)) == [f"{module} approved", f"{module} pending"]
 
 
 def test_only_procs_reads_processes() -> None:
@@ -405,5 +501,6 @@ if __name__ == "__main__":  # the current violations, to fill KNOWN: python test
         ("sizes", sizes()),
         ("private", private()),
         ("procs", procs()),
+        ("words", words()),
     ):
         print(rule, sorted(found))

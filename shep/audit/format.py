@@ -24,6 +24,7 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
+from events.inbox_status import DECISION_VERDICTS, ItemStatus
 from events.supervisor import SupervisorDecisionMade, SupervisorDecisionRefused
 
 FORMAT = "shep-audit-export/1"
@@ -50,12 +51,15 @@ SUPERVISOR_REFUSED = topic_of(SupervisorDecisionRefused)
 SUPERVISED = (SUPERVISOR_MADE, SUPERVISOR_REFUSED)
 #: Every decision's topic and its verdict (None: the event's own ``decision``).
 VERDICTS: dict[str, str | None] = {
-    topic_of(QuestionAnswered): "answered",
-    topic_of(ApprovalGranted): "approved",
-    topic_of(ApprovalRejected): "rejected",
-    topic_of(ApprovalVoted): "vote",
-    SUPERVISOR_MADE: None,
-    SUPERVISOR_REFUSED: "refused",
+    topic_of(cls): DECISION_VERDICTS.get(cls.__name__)
+    for cls in (
+        QuestionAnswered,
+        ApprovalGranted,
+        ApprovalRejected,
+        ApprovalVoted,
+        SupervisorDecisionMade,
+        SupervisorDecisionRefused,
+    )
 }
 DECIDED = tuple(VERDICTS)
 AUDITED = frozenset((*ASKED, *DECIDED))
@@ -145,7 +149,7 @@ def about(topic: str, stream: str, event: Any, asked: Asked | None) -> dict[str,
     else:
         about["actor"] = fields.get("actor")
         about["verdict"] = verdict = VERDICTS[topic]
-        if verdict == "answered":
+        if verdict == ItemStatus.ANSWERED:
             about["answer"] = fields.get("answer")
         else:
             about["reason"] = fields.get("rationale", "")

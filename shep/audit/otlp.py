@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 from uuid import UUID
 
+from events.inbox_status import DECISION_VERDICTS
+from events.run_status import RunStatus
 from shep.audit import otlp_wire as wire
 
 if TYPE_CHECKING:
@@ -54,21 +56,17 @@ PROVIDERS: Mapping[str, str] = {
 _LOG_BATCH = 256
 #: How many decided items' asks are kept for the decisions that may follow theirs.
 _DECIDED_KEPT = 4096
-_FINAL = {"RunCompleted": "completed", "RunFailed": "failed", "RunCancelled": "cancelled"}
+_FINAL = {
+    "RunCompleted": RunStatus.COMPLETED.value,
+    "RunFailed": RunStatus.FAILED.value,
+    "RunCancelled": RunStatus.CANCELLED.value,
+}
 #: Decisions that decide their item (its ask is then forgotten), and the others.
 _ITEM_DECISIONS = {"QuestionAnswered", "ApprovalGranted", "ApprovalRejected"}
 _DECISIONS = _ITEM_DECISIONS | {
     "ApprovalVoted",
     "SupervisorDecisionMade",
     "SupervisorDecisionRefused",
-}
-#: The verdict of a record that carries none (``iter_export`` gives every decision one).
-_VERDICTS = {
-    "QuestionAnswered": "answered",
-    "ApprovalGranted": "approved",
-    "ApprovalRejected": "rejected",
-    "ApprovalVoted": "vote",
-    "SupervisorDecisionRefused": "refused",
 }
 _ASKS = {"QuestionAsked", "ApprovalRequested"}
 
@@ -127,7 +125,7 @@ class _RunTrace:
     last: int
     first_position: int
     last_position: int = 0
-    status: str = "pending"
+    status: str = RunStatus.PENDING.value
     created: dict[str, Any] = field(default_factory=dict)
     open_nodes: dict[str, _NodeSpan] = field(default_factory=dict)
     used_ids: set[str] = field(default_factory=set)
@@ -198,17 +196,20 @@ class _OtlpWriter:
             trace.start = at
             trace.created = dict(event)
         elif name in ("RunStarted", "RunResumed"):
-            trace.status = "running"
+            trace.status = RunStatus.RUNNING.value
             # A failed run retried goes on in the same trace.
             trace.error = trace.final = trace.end = None
         elif name == "RunSuspended":
-            trace.status = "waiting_approval" if event.get("approval") else "waiting_answer"
+            waiting = (
+                RunStatus.WAITING_APPROVAL if event.get("approval") else RunStatus.WAITING_ANSWER
+            )
+            trace.status = waiting.value
         elif name == "NodeStarted":
             self._start_node(trace, event, at, position)
         elif name in ("AgentSessionRecorded", "NodeCompleted", "NodeFailed"):
             self._node_event(trace, name, event, at, position)
         elif name == "RunInterrupted":
-            trace.status = "interrupted"
+            trace.status = RunStatus.INTERRUPTED.value
             reason = f"interrupted: {event.get('reason') or ''}"
             self._close_open_nodes(trace, at, position, ("interrupted", reason))
         elif name in _FINAL:
@@ -451,7 +452,9 @@ class _OtlpWriter:
         run_value = record.get("run") or event.get("run_id") or (asked and asked[0])
         run_id = UUID(str(run_value)) if run_value else None
         node = record.get("node") or event.get("node") or (asked[1] if asked else None)
-        verdict = str(record.get("verdict") or _VERDICTS.get(name) or event.get("decision") or "")
+        verdict = str(
+            record.get("verdict") or DECISION_VERDICTS.get(name) or event.get("decision") or ""
+        )
         actor = str(record.get("actor") or event.get("actor") or "")
         reason = record.get("reason") or event.get("rationale") or None
         answer = record.get("answer") or event.get("answer") or None

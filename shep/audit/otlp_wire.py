@@ -13,6 +13,8 @@ from uuid import UUID
 
 import msgspec
 
+from events.inbox_status import ItemStatus
+from events.supervisor import SupervisorVerdict
 from shep import __version__
 
 #: The OpenTelemetry semantic-conventions release the attributes follow (GenAI agent spans:
@@ -91,7 +93,8 @@ def details(event: Mapping[str, Any]) -> dict[str, object]:
 
 def verdict_line(verdict: str, actor: str, *, answer: str | None, reason: str | None) -> str:
     """A decision in one line: ``approved by user:alice: looks fine``."""
-    said = f"answered {answer!r}" if verdict in ("answered", "answer") and answer else verdict
+    answered = verdict in (ItemStatus.ANSWERED, SupervisorVerdict.ANSWER)
+    said = f"answered {answer!r}" if answered and answer else verdict
     line = f"{said} by {actor}" if actor else said
     return f"{line}: {reason}" if reason else line
 

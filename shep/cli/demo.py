@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import click
 
 from events.errors import ShepError
+from events.inbox_status import ItemKind
 from shep.cli.render import Seconds
 from shep.home.runtime import Runtime
 
@@ -212,7 +213,7 @@ def _feature_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         with click.Context(inbox, obj=runtime, info_name="inbox", parent=ctx) as sub:
             sub.invoke(inbox, as_json=False, repo=None, run_ref=short)
         ref = item["item_id"][:8]
-        if item["kind"] == "question":
+        if item["kind"] == ItemKind.QUESTION:
             option = next(o for o in item["options"] if o.get("recommended"))
             click.echo(f"\n$ shep answer {ref} --option {option['id']} --wait")
             with click.Context(answer, obj=runtime, info_name="answer", parent=ctx) as sub:

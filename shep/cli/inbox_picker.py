@@ -19,6 +19,7 @@ from uuid import UUID
 import click
 
 from events.display import printable
+from events.inbox_status import ItemKind
 from shep.cli.render import wrapped
 from shep.home.runtime import Runtime
 
@@ -95,7 +96,7 @@ def _open(runtime: Runtime, terminal: _Terminal, item: Row) -> None:
     from shep.cli.run import render
     from shep.runs.decisions import check_workflow, resume_after_decision
 
-    if item["kind"] == "question":
+    if item["kind"] == ItemKind.QUESTION:
         decision = _ask_answer(runtime, terminal, item)
     else:
         decision = _ask_approval(runtime, terminal, item)

@@ -16,6 +16,7 @@ import click
 import msgspec
 
 from events.display import printable, short_id
+from events.inbox_status import ItemStatus
 from events.words import counted
 from shep.cli.render import wrapped
 from shep.home.runtime import Runtime
@@ -356,7 +357,7 @@ def _layout(state: Stepper, query: Buffer) -> tuple[Layout, Window]:
     def timeline() -> StyleAndTextTuples:
         rows: StyleAndTextTuples = []
         for frame in history.frames:
-            mark = "✗" if frame.status == "rejected" else _KIND_MARKS.get(frame.kind, " ")
+            mark = "✗" if frame.status == ItemStatus.REJECTED else _KIND_MARKS.get(frame.kind, " ")
             label = frame.node or frame.status or frame.kind
             if frame.kind == "decision":
                 label = f"{label} {frame.status}"

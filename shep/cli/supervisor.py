@@ -17,7 +17,7 @@ import msgspec
 
 from events.display import printable
 from events.errors import PolicyError, SupervisorOffError
-from events.supervisor import AUTONOMY_LEVELS, ITEM_KINDS
+from events.supervisor import AUTONOMY_LEVELS, EVALUATOR_TIMEOUT, ITEM_KINDS
 from events.words import counted
 from shep.home.runtime import Runtime
 from shep.supervisor.policy_file import read_policy_file
@@ -105,7 +105,7 @@ class AutonomyChoice(click.Choice[str]):
 @click.option(
     "--timeout",
     type=click.FloatRange(1, 86400),
-    default=300.0,
+    default=EVALUATOR_TIMEOUT,
     show_default=True,
     help="Seconds the evaluator may take; then the item is escalated.",
 )

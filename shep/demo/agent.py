@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from events.errors import AgentTimeoutError
+from events.inbox_status import ItemKind
 from events.words import counted
 from shep.agents.model import (
     AgentEvent,
@@ -197,7 +198,7 @@ def _supervisor_answer(prompt: str) -> str | None:
         item = json.loads(match.group(2))["item"] if match else {}
     except (ValueError, KeyError, TypeError):
         item = {}
-    if item.get("kind") == "question":
+    if item.get("kind") == ItemKind.QUESTION:
         options = item.get("options") or []
         chosen = next((o for o in options if o.get("recommended")), options[0] if options else None)
         if chosen is None:

@@ -21,6 +21,8 @@ from events.features import (
     TaskCompleted,
     TestsRan,
 )
+from events.inbox_status import ItemStatus
+from events.run_status import NodeStatus
 from events.runs import FINAL_STATUSES, NodeCompleted, NodeFailed, NodeStarted, RunStatus
 
 
@@ -50,7 +52,7 @@ SHOW_TYPES: tuple[type[Event], ...] = (
 class NodeTime:
     node: str
     phase: str
-    status: str = "pending"
+    status: str = NodeStatus.PENDING.value
     starts: int = 0
     completions: int = 0
     iterations: int = 0
@@ -102,7 +104,7 @@ class NodeTable:
         seen = self._iterations.setdefault((phase, event.node), set())
         seen.add(event.iteration)
         n.iterations = max(n.iterations, len(seen))
-        n.status, self.current = "running", n
+        n.status, self.current = NodeStatus.RUNNING.value, n
 
     def completed(self, event: NodeCompleted) -> str:
         """Count the completion; the label of its snapshot (``node #N`` from the 2nd on)."""
@@ -111,14 +113,14 @@ class NodeTable:
         n.iterations = max(n.iterations, n.completions)
         n.agent_ms += event.duration_ms
         n.add_usage(event.usage)
-        n.status, self.current = "completed", None
+        n.status, self.current = NodeStatus.COMPLETED.value, None
         times = self._completed[event.node] = self._completed.get(event.node, 0) + 1
         return event.node + (f" #{times}" if times > 1 else "")
 
     def failed(self, event: NodeFailed) -> None:
         n = self.get(event.node)
         n.agent_ms += event.duration_ms
-        n.status, self.current = "failed", None
+        n.status, self.current = NodeStatus.FAILED.value, None
 
 
 def describe(  # noqa: PLR0912 (one branch per event type)
@@ -176,8 +178,8 @@ def describe(  # noqa: PLR0912 (one branch per event type)
     add_waiting_time(table.get, asked, row, now)
     if row["status"] in FINAL_STATUSES or row["status"] == RunStatus.INTERRUPTED:
         for n in table.nodes.values():
-            if n.status == "running":
-                n.status = "stopped"
+            if n.status == NodeStatus.RUNNING:
+                n.status = NodeStatus.STOPPED.value
     listed = [vars(n) for n in table.nodes.values()]
     return {
         "id": short_id(row["run_id"]),
@@ -211,15 +213,16 @@ def add_waiting_time(
     for item in asked:
         n = node(item["node"])
         end = item["answered_at"]
-        if item["status"] == "pending":
-            n.status = "waiting"
+        if item["status"] == ItemStatus.PENDING:
+            n.status = NodeStatus.WAITING.value
             end = now.isoformat()
         elif end is None:
             end = row["finished_at"] or now.isoformat()
         waited = datetime.fromisoformat(end) - datetime.fromisoformat(item["asked_at"])
         n.waiting_ms += max(0, int(waited.total_seconds() * 1000))
-        if n.status == "pending" and item["status"] != "pending":
-            n.status = "completed" if item["status"] != "withdrawn" else "withdrawn"
+        if n.status == NodeStatus.PENDING and item["status"] != ItemStatus.PENDING:
+            withdrawn = item["status"] == ItemStatus.WITHDRAWN
+            n.status = (NodeStatus.WITHDRAWN if withdrawn else NodeStatus.COMPLETED).value
 
 
 def sum_cost(nodes: list[dict[str, Any]]) -> float | None:

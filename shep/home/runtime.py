@@ -16,17 +16,12 @@ from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
 from projections.database import open_database
+from projections.queries import inbox_has_work
 from projections.state import has_schema, lag
 
 #: The file a home on a shared store keeps its copy of the log and its projections in.
 SHARED_COPY = "shared-cache.db"
 
-#: Whether an item is pending, or decided while its run is still suspended on it: each
-#: answered by its index (the second a partial one, empty but for a moment).
-_INBOX_BUSY = (
-    "SELECT EXISTS (SELECT 1 FROM inbox WHERE status='pending') "
-    "OR EXISTS (SELECT 1 FROM inbox WHERE awaited=1 AND status!='pending')"
-)
 #: Statuses whose run needs a live process: orphan detection looks only at these.
 _NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
@@ -209,7 +204,7 @@ class Runtime:
         one indexed look, so that most commands, most of the time, import nothing for it."""
         if not self.has_store():
             return False
-        return bool(self.read_db().execute(_INBOX_BUSY).fetchone() != (0,))
+        return inbox_has_work(self.read_db())
 
     def require_home(self) -> None:
         if not os.path.isdir(self.home_dir):

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from events.errors import UnsafePathError
+from events.inbox_status import ItemStatus
 from shep.git.worktree import read_inside
 from shep.nodes.context import RunContext, iteration_of
 from shep.workflows.base import ApprovalGate, NodeFn, QuestionStep
@@ -85,13 +86,16 @@ def gate_node(ctx: RunContext, step: ApprovalGate) -> NodeFn:
                 "summary": approval.summary,
                 "phase": step.phase,
                 "artifacts": artifacts,
+                "gate_kind": step.kind,
             }
         )
         ctx.show_node(step.name, iteration)
         ctx.complete_node(step.name, started=time.monotonic(), waited_ms=value.get("waited_ms"))
         approved = bool(value["approved"])
         return {
-            "verdicts": {step.name: "approved" if approved else "rejected"},
+            "verdicts": {
+                step.name: (ItemStatus.APPROVED if approved else ItemStatus.REJECTED).value
+            },
             "feedback": {step.phase: "" if approved else str(value.get("reason") or "")},
             "iterations": {step.name: iteration},
         }

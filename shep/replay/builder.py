@@ -33,6 +33,8 @@ from events.inbox import (
     QuestionAnswered,
     QuestionAsked,
 )
+from events.inbox_status import ItemKind, ItemStatus
+from events.run_status import NodeStatus, RunStatus
 from events.runs import (
     AgentOutputRecorded,
     ArtifactWritten,
@@ -55,6 +57,7 @@ from events.words import counted
 from shep.replay.frames import (
     Decision,
     Frame,
+    FrameStatus,
     Replay,
     RunSummary,
     fork_command,
@@ -82,6 +85,11 @@ def build_replay(events: Iterable[tuple[int, Story]], *, git: bool = True) -> Re
     for position, event in events:
         builder.add(position, event)
     return builder.finish(git=git)
+
+
+def _running(frame: Frame) -> bool:
+    """Whether ``frame`` is a node's that is still running."""
+    return frame.kind == "node" and frame.status == NodeStatus.RUNNING
 
 
 class OutputBatch:
@@ -228,7 +236,7 @@ class _Builder:
         frame = self._new(
             position, e, "run", f"Run created: {e.workflow} on {e.repo} with {e.agent_type}"
         )
-        frame.status = "created"
+        frame.status = FrameStatus.CREATED.value
         frame.notes.append(f"created by {e.created_by}")
         if e.origin_run_id is not None:
             frame.notes.append(
@@ -255,33 +263,33 @@ class _Builder:
 
     def _interrupted(self, position: int, e: RunInterrupted) -> None:
         for node, frame in list(self.open.items()):
-            if frame.kind == "node" and frame.status == "running":
-                frame.status = "interrupted"
+            if frame.kind == "node" and frame.status == NodeStatus.RUNNING:
+                frame.status = RunStatus.INTERRUPTED.value
                 del self.open[node]
         frame = self._new(position, e, "run", f"Run interrupted: {e.reason}")
-        frame.status = "interrupted"
+        frame.status = RunStatus.INTERRUPTED.value
         frame.checkpoint_id = self._checkpoint_id()
 
     def _ended(self, position: int, e: RunCompleted | RunFailed | RunCancelled) -> None:
         agent = sum(f.agent_ms or 0 for f in self.frames if f.kind == "node")
         waited = sum(f.waited_ms or 0 for f in self.frames if f.kind == "decision")
         if isinstance(e, RunCompleted):
-            status, title = "completed", f"Run completed in {format_ms(e.duration_ms)}"
+            status, title = RunStatus.COMPLETED, f"Run completed in {format_ms(e.duration_ms)}"
         elif isinstance(e, RunFailed):
             where = f" in {e.node}" if e.node else ""
-            status, title = "failed", f"Run failed{where}: {e.error_type}: {e.message}"
+            status, title = RunStatus.FAILED, f"Run failed{where}: {e.error_type}: {e.message}"
         else:
             reason = f": {e.reason}" if e.reason else ""
-            status, title = "cancelled", f"Run cancelled by {e.cancelled_by}{reason}"
+            status, title = RunStatus.CANCELLED, f"Run cancelled by {e.cancelled_by}{reason}"
         frame = self._new(position, e, "run", title, agent_ms=agent, waited_ms=waited)
-        frame.status = status
+        frame.status = status.value
         frame.checkpoint_id = self._checkpoint_id()
 
     def _forked(self, position: int, e: RunForked) -> None:
         frame = self._new(
             position, e, "run", f"Forked as run {e.fork_run_id.hex} at checkpoint {e.checkpoint_id}"
         )
-        frame.status = "forked"
+        frame.status = FrameStatus.FORKED.value
         frame.checkpoint_id = e.checkpoint_id
         frame.notes.append(f"forked by {e.forked_by}, restoring {e.restore}")
         if e.reapply_answers:
@@ -290,7 +298,7 @@ class _Builder:
     def _migrated(self, position: int, e: RunMigrated) -> None:
         title = f"Migrated from {e.workflow} version {e.from_version} to {e.to_version}"
         frame = self._new(position, e, "run", title)
-        frame.status = "migrated"
+        frame.status = FrameStatus.MIGRATED.value
         frame.checkpoint_id = e.checkpoint_id or self._checkpoint_id()
         frame.notes.append(
             f"graph {e.from_fingerprint} -> {e.to_fingerprint}, shep {e.shep_version}"
@@ -299,9 +307,13 @@ class _Builder:
     # nodes
 
     def _node_started(self, position: int, e: NodeStarted) -> None:
-        asking = e.kind in ("question", "approval")
+        asking = e.kind in (ItemKind.QUESTION, ItemKind.APPROVAL)
         current = self.open.get(e.node)
-        if current is not None and asking and current.kind in ("question", "approval", "decision"):
+        if (
+            current is not None
+            and asking
+            and current.kind in (ItemKind.QUESTION, ItemKind.APPROVAL, "decision")
+        ):
             # The item was recorded just before its node's start, in one transaction.
             current.iteration, current.attempt = e.iteration, e.attempt
             self._touch(current, position)
@@ -316,7 +328,7 @@ class _Builder:
         frame = self._new(
             position, e, kind, e.node, node=e.node, iteration=e.iteration, attempt=e.attempt
         )
-        frame.status = "running" if kind == "node" else "asked"
+        frame.status = (NodeStatus.RUNNING if kind == "node" else FrameStatus.ASKED).value
         frame.checkpoint_id = self._checkpoint_id()
         self.open[e.node] = frame
 
@@ -326,7 +338,7 @@ class _Builder:
             return
         self._touch(frame, position)
         if frame.kind == "node":
-            frame.status = "completed"
+            frame.status = NodeStatus.COMPLETED.value
             frame.agent_ms = e.duration_ms
         if e.waited_ms is not None:
             frame.waited_ms = e.waited_ms
@@ -342,7 +354,7 @@ class _Builder:
         if frame is None:
             return
         self._touch(frame, position)
-        frame.status = "failed"
+        frame.status = NodeStatus.FAILED.value
         frame.agent_ms = e.duration_ms
         retry = " (retryable)" if e.retryable else ""
         frame.notes.append(f"failed: {e.error_type}: {e.message}{retry}")
@@ -357,7 +369,7 @@ class _Builder:
             self._lines(frame).add(item)
 
     def _outputs(self, position: int, batch: OutputBatch) -> None:
-        running = [f for f in self.open.values() if f.kind == "node" and f.status == "running"]
+        running = [f for f in self.open.values() if _running(f)]
         if len(running) == 1:
             # One node runs: the output is its own, no need to read whose it is.
             self._touch(running[0], batch.positions[-1])
@@ -418,14 +430,14 @@ class _Builder:
         if e.reapply:
             lines.add(f"the origin's decision: {e.reapply}")
         started = self.open.get(e.node)
-        if started is not None and started.kind == kind and started.status == "asked":
+        if started is not None and started.kind == kind and started.status == FrameStatus.ASKED:
             # The node's start came first: its frame is this item's.
             frame = self._touch(started, position)
             frame.title, frame.at = title, iso(e)
         else:
             frame = self._new(position, e, kind, title, node=e.node, iteration=e.iteration)
             frame.checkpoint_id = self._checkpoint_id()
-        frame.status = "waiting"
+        frame.status = FrameStatus.WAITING.value
         frame.notes.append(f"item {e.originator_id.hex}")
         self.lines[frame.index] = lines
         self.asks[e.originator_id] = frame
@@ -437,9 +449,10 @@ class _Builder:
         ask = self.asks.get(e.originator_id)
         node = ask.node if ask is not None else e.node
         if isinstance(e, QuestionAnswered):
-            verdict, reason, answer, policy = "answered", "", e.answer, None
+            verdict, reason, answer, policy = ItemStatus.ANSWERED.value, "", e.answer, None
         else:
-            verdict = "approved" if isinstance(e, ApprovalGranted) else "rejected"
+            approved = isinstance(e, ApprovalGranted)
+            verdict = (ItemStatus.APPROVED if approved else ItemStatus.REJECTED).value
             reason, answer, policy = e.rationale, None, e.policy
         decision = Decision(
             item=e.originator_id.hex,
@@ -464,7 +477,7 @@ class _Builder:
         )
         frame.status = verdict
         if ask is not None:
-            ask.status = "decided"
+            ask.status = FrameStatus.DECIDED.value
             frame.waited_ms = ms_between(ask.at, frame.at)
         frame.checkpoint_id = self._checkpoint_id()
         if decision.reapplied_from:
@@ -477,7 +490,7 @@ class _Builder:
 
     def _feature(self, position: int, e: Event) -> None:
         frame = next(
-            (f for f in reversed(self.frames) if f.kind == "node" and f.status == "running"),
+            (f for f in reversed(self.frames) if _running(f)),
             None,
         )
         if isinstance(e, WorktreeCreated):

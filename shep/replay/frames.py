@@ -11,6 +11,7 @@ checkpoint, and, for feature runs, the worktree snapshot.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -18,12 +19,29 @@ import msgspec
 from events.base import Event
 from events.checkpoints import CheckpointSaved
 from events.errors import ShepError
+from events.inbox_status import ItemKind
+from events.run_status import RunStatus
 from events.runs import Usage
 from shep.replay.snapshots import snapshot_diff_stat
 from shep.replay.state import StateDiff, checkpoint_state, diff_state
 
 if TYPE_CHECKING:
     from shep.replay.output import OutputLines
+
+
+class FrameStatus(StrEnum):
+    """A replay frame's status besides a run's (``RunStatus``), a node's (``NodeStatus``) and a
+    decision's verdict (``ItemStatus``)."""
+
+    CREATED = "created"
+    FORKED = "forked"
+    MIGRATED = "migrated"
+    #: A question or gate asked by its node...
+    ASKED = "asked"
+    #: ... the run suspended, waiting for people...
+    WAITING = "waiting"
+    #: ... and its decision recorded (a frame of its own).
+    DECIDED = "decided"
 
 
 class ReplayInputError(ShepError):
@@ -93,7 +111,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
     created_by: str
     origin_run: str | None = None
     origin_checkpoint_id: str | None = None
-    status: str = "pending"
+    status: str = RunStatus.PENDING.value
 
 
 class Replay:
@@ -172,7 +190,9 @@ def node_title(frame: Frame) -> str:
     return f"{name}: {frame.status}{took}"
 
 
-_RUN_ENDS = frozenset({"completed", "failed", "cancelled", "interrupted"})
+_RUN_ENDS = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED}
+)
 
 
 def last_status(frames: list[Frame]) -> str:
@@ -180,11 +200,14 @@ def last_status(frames: list[Frame]) -> str:
     for frame in reversed(frames):
         if frame.kind == "run" and frame.status in _RUN_ENDS:
             return frame.status
-        if frame.kind in ("question", "approval") and frame.status == "waiting":
-            return "waiting"
+        if (
+            frame.kind in (ItemKind.QUESTION, ItemKind.APPROVAL)
+            and frame.status == FrameStatus.WAITING
+        ):
+            return FrameStatus.WAITING.value
         if frame.kind in ("node", "decision"):
-            return "running"
-    return "pending"
+            return RunStatus.RUNNING.value
+    return RunStatus.PENDING.value
 
 
 def fork_command(run_hex: str, checkpoint_id: str) -> str:

@@ -44,10 +44,10 @@ def check_inbox(runtime: Runtime, *, notice: bool = True) -> int:
 
 def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True) -> int:
     """Apply due deadlines, resume stranded runs, print the notice; return the pending count."""
-    from projections.inbox_queries import count_pending
+    from projections.inbox_queries import count_pending, has_awaited_decisions
 
     pending = count_pending(conn)
-    stranded = _awaited_decisions(conn)
+    stranded = has_awaited_decisions(conn)
     if pending == 0 and not stranded:
         return 0
     if not conn.readonly("main"):
@@ -61,7 +61,12 @@ def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True)
 
 def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) -> tuple[int, bool]:
     """Apply due deadlines and resume stranded runs; the pending count and strandedness after."""
-    from projections.inbox_queries import count_pending, list_expired_questions, list_runs_to_resume
+    from projections.inbox_queries import (
+        count_pending,
+        has_awaited_decisions,
+        list_expired_questions,
+        list_runs_to_resume,
+    )
 
     expired = list_expired_questions(conn, datetime.now(UTC).isoformat()) if pending else []
     for item in expired:
@@ -70,7 +75,7 @@ def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) 
         from projections.catch_up import catch_up
 
         catch_up(conn)
-        pending, stranded = count_pending(conn), _awaited_decisions(conn)
+        pending, stranded = count_pending(conn), has_awaited_decisions(conn)
     if stranded:
         here = None
         if runtime.shared:
@@ -80,13 +85,6 @@ def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) 
         for run_id in list_runs_to_resume(conn, host=here):
             _resume(runtime, run_id)
     return pending, stranded
-
-
-def _awaited_decisions(conn: apsw.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM inbox WHERE awaited=1 AND status!='pending' LIMIT 1"
-    ).fetchone()
-    return row is not None
 
 
 def _apply_deadline(runtime: Runtime, item: dict[str, object]) -> None:
@@ -189,6 +187,7 @@ def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> b
     """
     from events.runs import WAITING_STATUSES
     from projections.catch_up import catch_up
+    from projections.inbox_queries import has_awaited_decisions
     from projections.mirror import forget_offline, pull, url_of
     from projections.queries import get_run
     from shep.runs.recovery import orphan_after
@@ -202,7 +201,7 @@ def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> b
     run = get_run(conn, run_hex)
     if run is None or run["status"] not in {status.value for status in WAITING_STATUSES}:
         return False
-    if _awaited_decisions(conn):
+    if has_awaited_decisions(conn):
         # About to write (the resume): within the orphan window, a lost connection is
         # waited for and the write made once, as a worker does.
         store = runtime.store()

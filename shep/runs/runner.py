@@ -47,6 +47,7 @@ from events.errors import (
     WorkflowChangedError,
 )
 from events.inbox import item_stream_id
+from events.run_ids import RUN_ID_ENV
 from events.runs import NodeStarted, RunStatus, RunSuspended
 from events.store import EventStore
 from shep.agents import AgentExecutor, create_executor
@@ -118,7 +119,7 @@ class Runner:
             token=load_token(home, agent_type),
             binary=self.settings.binary if same else None,
             # Lets `shep cancel` find the agent's processes even if this worker is gone.
-            env={"SHEP_RUN_ID": self.run_id.hex},
+            env={RUN_ID_ENV: self.run_id.hex},
             limits=output_limits(self.settings.counts["agent_output_mib"]),
         )
 

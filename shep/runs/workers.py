@@ -26,6 +26,7 @@ from uuid import UUID
 
 from commands.run_state import RunState, load_run
 from events.errors import WorkerNotAssignedError
+from events.run_ids import RUN_ID_ENV
 from events.runs import RunStatus
 from events.store import EventStore
 from shep.home.procs import group_alive, process_start, processes_with, spawn_shep, worker_alive
@@ -121,7 +122,7 @@ def spawn_worker(home: Path, run_id: UUID, *, resume: bool, timeout: float | Non
 def agent_process_groups(run_id: UUID) -> set[int]:
     """Process groups of agent CLIs started for this run (found by ``SHEP_RUN_ID``; Linux)."""
     groups: set[int] = set()
-    for pid, value in processes_with("SHEP_RUN_ID"):
+    for pid, value in processes_with(RUN_ID_ENV):
         if value == run_id.hex:
             with contextlib.suppress(OSError):
                 groups.add(os.getpgid(pid))

@@ -27,9 +27,10 @@ from commands.policies import Policy, item_kind, load_policies, policy_for, sour
 from events.base import Event
 from events.errors import UnsafePathError
 from events.inbox import QuestionAsked
+from events.inbox_status import ItemKind
 from events.runs import RunCreated
 from events.store import EventStore
-from events.supervisor import RuleResult
+from events.supervisor import DECIDING_VERDICTS, Autonomy, RuleResult, SupervisorVerdict
 from shep.git.worktree import read_inside
 from shep.supervisor import guardrails
 from shep.supervisor.prompt import (
@@ -82,7 +83,7 @@ class Decision:
     @property
     def acts(self) -> bool:
         """Whether it decides the item by itself (cosign approvals need a user too)."""
-        return self.autonomy == "autonomous" and self.verdict in ("approve", "reject", "answer")
+        return self.autonomy == Autonomy.AUTONOMOUS and self.verdict in DECIDING_VERDICTS
 
 
 class EvalState(TypedDict, total=False):
@@ -260,7 +261,7 @@ def _from_reply(reply: Reply, item: ItemState, kind: str) -> dict[str, Any]:
     if not reply.rationale:
         return {**base, "verdict": "escalate", "rationale": "the evaluator gave no rationale"}
     verdict = reply.verdict
-    if kind == "question":
+    if kind == ItemKind.QUESTION:
         if verdict in ("answer", "approve", "advise") and reply.answer:
             asked = item.asked
             assert isinstance(asked, QuestionAsked)
@@ -304,8 +305,8 @@ def _evaluator_name(evaluator: Evaluator | None) -> str:
 
 def _fit_autonomy(fields: dict[str, Any], autonomy: str) -> dict[str, Any]:
     """Advisory acts on nothing: approve, reject and answer become advice."""
-    if autonomy == "advisory" and fields["verdict"] in ("approve", "reject", "answer"):
-        return {**fields, "verdict": "advise", "advice": fields["verdict"]}
+    if autonomy == Autonomy.ADVISORY and fields["verdict"] in DECIDING_VERDICTS:
+        return {**fields, "verdict": SupervisorVerdict.ADVISE.value, "advice": fields["verdict"]}
     return fields
 
 

@@ -22,6 +22,7 @@ from datetime import datetime
 
 from events.base import Event
 from events.features import TaskCompleted, TestsRan, WorktreeCreated
+from events.inbox_status import ItemKind
 from events.runs import NodeCompleted
 from events.supervisor import Guardrails, RuleResult
 from events.words import counted
@@ -84,7 +85,7 @@ def measure(run_events: list[Event], asked_at: datetime) -> Metrics:
 
 def check(rules: Guardrails, metrics: Metrics, kind: str) -> list[RuleResult]:
     """Each configured rule as checked on ``metrics`` for an item of ``kind``."""
-    if kind == "question":
+    if kind == ItemKind.QUESTION:
         return []
     results: list[RuleResult] = []
     if rules.max_diff_lines is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from events.errors import PolicyError
+from events.supervisor import EVALUATOR_TIMEOUT, Guardrails
 
 
 class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -20,13 +21,11 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     overrides: dict[str, str] = {}
     guardrails: dict[str, Any] = {}
     model: str | None = None
-    timeout: float = 300.0
+    timeout: float = EVALUATOR_TIMEOUT
 
 
 def read_policy_file(path: Path) -> PolicyFile:
     """The policy file at ``path``; ``PolicyError`` saying what is wrong with it."""
-    from events.supervisor import Guardrails
-
     try:
         text = path.read_bytes()
     except OSError as e:

@@ -15,6 +15,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from events.inbox_status import ItemKind
+from events.supervisor import Autonomy
+
 #: Recorded with every decision; bump it whenever the text below changes.
 PROMPT_VERSION = "supervisor-prompt-2"
 
@@ -38,11 +41,11 @@ Answer with exactly one JSON object and nothing else:
 {{"verdict": "{verdicts}", "rationale": "...", "confidence": 0.0 to 1.0{answer_field}}}
 """
 
-_AUTONOMY_RULES = {
-    "advisory": "Your verdict is only advice: a person reads it and decides. "
+_AUTONOMY_RULES: dict[str, str] = {
+    Autonomy.ADVISORY: "Your verdict is only advice: a person reads it and decides. "
     "Give the verdict you would give if it were yours.",
-    "cosign": "Your approval of a gate is one of two signatures: a person signs too.",
-    "autonomous": "Your verdict takes effect at once: approve, reject or answer only "
+    Autonomy.COSIGN: "Your approval of a gate is one of two signatures: a person signs too.",
+    Autonomy.AUTONOMOUS: "Your verdict takes effect at once: approve, reject or answer only "
     "when you are sure.",
 }
 
@@ -83,7 +86,7 @@ def build_prompt(document: dict[str, Any], autonomy: str, kind: str) -> str:
     body = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
     opening, closing, _ = fence(body)
     # Advisory asks for the same verdicts: what it would do is recorded as its advice.
-    if kind == "question":
+    if kind == ItemKind.QUESTION:
         verdicts = "answer|escalate"
         answer_field = ', "answer": "the id of one of its options, or your text"'
     else:
@@ -92,7 +95,7 @@ def build_prompt(document: dict[str, Any], autonomy: str, kind: str) -> str:
     rules = _RULES.format(
         autonomy_rule=_AUTONOMY_RULES[autonomy], verdicts=verdicts, answer_field=answer_field
     )
-    what = "question" if kind == "question" else f"{kind} approval gate"
+    what = "question" if kind == ItemKind.QUESTION else f"{kind} approval gate"
     return (
         f"{rules}\nThe {what} to decide, with the run it belongs to, what the guardrails "
         f"measured and what they found:\n{opening}\n{body}\n{closing}\n"

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from commands.policies import covering, item_kind, load_policies
 from events.store import EventStore
+from events.supervisor import Autonomy
 
 if TYPE_CHECKING:
     from shep.home.runtime import Runtime
@@ -41,7 +42,7 @@ def cosign_label(store: EventStore, item_id: UUID) -> str | None:
     if found is None:
         return None
     item, policy = found
-    return policy.label if policy.autonomy_for(item_kind(item.asked)) == "cosign" else None
+    return policy.label if policy.autonomy_for(item_kind(item.asked)) == Autonomy.COSIGN else None
 
 
 def start_if_covered(store: EventStore, home: Path, item_ids: list[UUID]) -> int | None:

@@ -17,7 +17,7 @@ from commands.inbox_state import ItemState, load_item
 from commands.policies import Policy, check_policy
 from events.inbox import ApprovalGranted, ApprovalRequested, QuestionAnswered, QuestionAsked
 from events.store import EventStore
-from events.supervisor import Guardrails
+from events.supervisor import Autonomy, Guardrails, SupervisorVerdict
 from shep.supervisor.evaluate import UNDECIDED, Decision, EvaluationGraph, Evaluator
 
 if TYPE_CHECKING:
@@ -85,12 +85,13 @@ def _would(decision: Decision) -> tuple[str, str]:
     verdict = decision.verdict
     if verdict == UNDECIDED:
         return "?", "up to the evaluator (--with-llm)"
-    if verdict == "answer" and decision.autonomy == "autonomous":
+    if verdict == SupervisorVerdict.ANSWER and decision.autonomy == Autonomy.AUTONOMOUS:
         return f"answer:{decision.answer}", f"supervisor answers {decision.answer!r}"
-    if verdict in ("approve", "reject") and decision.autonomy == "autonomous":
+    deciding = (SupervisorVerdict.APPROVE, SupervisorVerdict.REJECT)
+    if verdict in deciding and decision.autonomy == Autonomy.AUTONOMOUS:
         return verdict, f"supervisor {verdict}s"
-    if verdict == "approve" and decision.autonomy == "cosign":
-        return "cosign", "supervisor co-signs (a user approves too)"
+    if verdict == SupervisorVerdict.APPROVE and decision.autonomy == Autonomy.COSIGN:
+        return Autonomy.COSIGN, "supervisor co-signs (a user approves too)"
     words = f"{verdict}" + (f" (would {decision.advice})" if decision.advice else "")
     return "person", f"left to a person: {words}"
 
@@ -103,8 +104,8 @@ def _row(item: ItemState, decision: Decision) -> dict[str, Any]:
         changed = False
     elif effect == "person":
         changed = by_supervisor
-    elif effect == "cosign":
-        changed = actual != "approve"
+    elif effect == Autonomy.COSIGN:
+        changed = actual != SupervisorVerdict.APPROVE
     else:
         changed = effect != actual
     return {

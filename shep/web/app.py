@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from events.display import printable
+from events.inbox_status import ItemKind, ItemStatus
+from events.run_status import RunStatus
 from shep.web import core
 from shep.web.feed import Feed, Hub
 from shep.web.security import Guard
@@ -187,6 +189,8 @@ def environment() -> jinja2.Environment:
     env.filters["ms"] = core.format_ms
     env.filters["diff_lines"] = _diff_lines
     env.globals["static_version"] = STATIC_VERSION
+    # The status words, said once: templates compare with these, never with a literal.
+    env.globals.update(RunStatus=RunStatus, ItemStatus=ItemStatus, ItemKind=ItemKind)
     return env
 
 

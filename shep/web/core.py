@@ -77,7 +77,7 @@ def reading(conn: apsw.Connection) -> Iterator[int]:
 def projection_positions(conn: apsw.Connection) -> tuple[int, ...]:
     """Every projection's position: what the read side holds changes only when one moves,
     so what was read at the same positions (in a read transaction) is read again alike."""
-    from projections.database import positions
+    from projections.state import positions
 
     return tuple(positions(conn).values())
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from markupsafe import Markup, escape
 
 from events.display import printable
+from events.inbox_status import ItemKind
 from shep.workflows.shape import END, START, GraphShape, ShapeEdge
 
 WIDTH = 150
@@ -124,7 +125,7 @@ def _node(node: Placed, state: str, current: bool) -> str:
             f'{x:.1f},{y + h / 2:.1f}"/>'
         )
     else:
-        radius = 16 if node.kind == "question" else 5
+        radius = 16 if node.kind == ItemKind.QUESTION else 5
         shape = (
             f'<rect x="{node.x:.1f}" y="{node.y:.1f}" width="{WIDTH}" height="{HEIGHT}" '
             f'rx="{radius}"/>'

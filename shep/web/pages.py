@@ -30,6 +30,8 @@ from events.errors import (
     RunNotFoundError,
     ShepError,
 )
+from events.inbox_status import ItemKind, ItemStatus
+from events.run_status import RunStatus
 from shep.web import audit, core
 from shep.web.app import EXPORTS, WebState, render
 from shep.web.graph import graph_svg
@@ -37,16 +39,19 @@ from shep.web.runs_table import Facets, Listings, Rows
 
 Row = dict[str, Any]
 
-#: Run statuses as the filter offers them (the words are the log's, from events.runs).
-STATUSES = (
-    "pending",
-    "running",
-    "waiting_approval",
-    "waiting_answer",
-    "interrupted",
-    "completed",
-    "failed",
-    "cancelled",
+#: Run statuses in the order the filter offers them.
+STATUSES = tuple(
+    s.value
+    for s in (
+        RunStatus.PENDING,
+        RunStatus.RUNNING,
+        RunStatus.WAITING_APPROVAL,
+        RunStatus.WAITING_ANSWER,
+        RunStatus.INTERRUPTED,
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+    )
 )
 _FILTERS = ("status", "workflow", "repo", "q", "all", "offset")
 PAGE_SIZE = 200
@@ -79,7 +84,7 @@ def _runs(request: Request) -> Row:
 
     def read() -> tuple[list[Row], float | None, int]:
         runs = core.list_runs(conn, filters)
-        running = any(r["status"] == "running" for r in runs)
+        running = any(r["status"] == RunStatus.RUNNING for r in runs)
         return runs, core.stale_after(conn) if running else None, core.count_pending(conn)
 
     with core.reading(conn) as position:
@@ -199,7 +204,7 @@ def _version(item: Row) -> str:
 
 def _shown_item(conn: Any, item: Row) -> Row:
     item["version"] = _version(item)
-    if item["kind"] == "approval" and item["status"] == "pending":
+    if item["kind"] == ItemKind.APPROVAL and item["status"] == ItemStatus.PENDING:
         run = core.get_run(conn, item["run_id"])
         item["shown"] = core.shown_artifacts(item, run, core.feature_of(conn, item["run_id"]))
     else:

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
+from events.inbox import GATE
+from events.inbox_status import ItemStatus
+
 if TYPE_CHECKING:
     from langgraph.graph.state import StateGraph
 
@@ -219,6 +222,8 @@ class ApprovalGate:
     title: str
     phase: str
     approval: Callable[[Mapping[str, Any]], Approval]
+    #: What a supervisor policy calls this gate (``ITEM_KINDS``; ``gate``: no kind of its own).
+    kind: str = GATE
 
 
 Step = AgentStep | DeterministicStep | QuestionStep | ApprovalGate
@@ -267,7 +272,7 @@ def route_gate(gate: ApprovalGate, approved: str) -> Callable[[Mapping[str, Any]
 
     def route(state: Mapping[str, Any]) -> str:
         verdict = (state.get("verdicts") or {}).get(gate.name)
-        return gate.phase if verdict == "rejected" else approved
+        return gate.phase if verdict == ItemStatus.REJECTED else approved
 
     route.__name__ = f"after_{gate.name}".replace("-", "_")
     return route

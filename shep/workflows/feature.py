@@ -253,6 +253,7 @@ PRD = ApprovalGate(
     title="Approve the requirements",
     phase="requirements",
     approval=prd_approval,
+    kind="prd",
 )
 RESEARCH = AgentStep(
     name="research", title="Research", instruction="", prompt=research_prompt, writes=True
@@ -265,6 +266,7 @@ PLAN_GATE = ApprovalGate(
     title="Approve the plan",
     phase="plan",
     approval=plan_approval,
+    kind="plan",
 )
 REPAIR = AgentStep(
     name="repair",
@@ -310,7 +312,11 @@ _FULL_HEAD = (
 
 def _merge_gate(phase: str) -> ApprovalGate:
     return ApprovalGate(
-        name="merge_gate", title="Approve the merge", phase=phase, approval=merge_approval
+        name="merge_gate",
+        title="Approve the merge",
+        phase=phase,
+        approval=merge_approval,
+        kind="merge",
     )
 
 

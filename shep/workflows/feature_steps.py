@@ -30,6 +30,7 @@ from events.features import (
     WorktreeRemoved,
     WorktreeSetupRan,
 )
+from events.run_ids import RUN_ID_ENV
 from events.runs import NodeCompleted, Usage
 from events.words import counted
 from shep.git.command import Checkout
@@ -97,7 +98,7 @@ def run_command(
 def _feature_env(io: StepIO) -> dict[str, str]:
     inputs = io.inputs
     return {
-        "SHEP_RUN_ID": io.run_id,
+        RUN_ID_ENV: io.run_id,
         "SHEP_WORKTREE": str(io.repo),
         "SHEP_BRANCH": inputs["branch"],
         "SHEP_BASE": inputs["base"],

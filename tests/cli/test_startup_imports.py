@@ -38,6 +38,7 @@ OURS = frozenset(
         "events.sqlite_file",
         "events.words",
         "events.run_status",
+        "events.inbox_status",
         "events.run_ids",
         "projections",
         "projections.tables",

@@ -11,7 +11,9 @@ from pathlib import Path
 import apsw
 import pytest
 
+from events.base import topic_of
 from events.errors import StoreError
+from events.inbox import ApprovalGranted
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
@@ -24,6 +26,7 @@ from projections.tables import (
     PROJECTION_VERSIONS,
     VERSIONS_TABLE,
 )
+from shep.audit.format import VERDICTS
 from tests.projections.test_rebuild import snapshot
 from tests.support.cli import shep
 from tests.support.histories import random_decisions, random_run
@@ -220,3 +223,27 @@ def test_the_cli_rebuilds_the_projections_it_is_given(store: EventStore, db_path
     refused = shep("projections", "rebuild", "nope")
     assert refused.returncode == 2
     assert "'nope' is not one of 'runs', 'logs'" in refused.stderr
+
+
+def test_a_store_whose_approvals_read_granted_reads_approved(
+    store: EventStore, db_path: Path
+) -> None:
+    """An approved gate is "approved" everywhere (issue 19): a store whose inbox and
+    decisions were built when they said "granted" (inbox 2, decisions 1) is rebuilt on
+    open, and its approved gates then read "approved", as the audit export says."""
+    conn = _history(store, db_path, runs=30)
+    conn.execute("UPDATE inbox SET status='granted' WHERE status='approved'")
+    conn.execute("UPDATE decisions SET decision='granted' WHERE decision='approved'")
+    conn.execute(
+        f"UPDATE {VERSIONS_TABLE} SET version = CASE name WHEN 'inbox' THEN 2 ELSE 1 END "
+        "WHERE name IN ('inbox', 'decisions')"
+    )
+    conn.close()
+    conn = open_database(db_path)
+    inbox = {r[0] for r in conn.execute("SELECT status FROM inbox")}
+    decisions = {r[0] for r in conn.execute("SELECT decision FROM decisions WHERE kind='approval'")}
+    said = VERDICTS[topic_of(ApprovalGranted)]
+    assert said in inbox
+    assert said in decisions
+    assert "granted" not in inbox | decisions
+    conn.close()

@@ -471,15 +471,15 @@ def test_the_decisions_projection_has_them_side_by_side(
         return {**made, "confidence": 0.875, "input_hash": seen(item), "acted": acted}
 
     assert rows == [
-        row(s.g1, "approval", "granted", SUPERVISOR, policy=POLICY, acted=1),
+        row(s.g1, "approval", "approved", SUPERVISOR, policy=POLICY, acted=1),
         row(s.g1, "supervisor", "approve", SUPERVISOR, **evidence(s.g1, 1)),
         row(s.g1, "approval", "rejected", "user:bob", overrides=SUPERVISOR, acted=1),
         row(s.g2, "vote", "approve", "user:alice", policy=POLICY, acted=0),
-        row(s.g2, "approval", "granted", SUPERVISOR, policy=POLICY, cosigned_by="user:alice")
+        row(s.g2, "approval", "approved", SUPERVISOR, policy=POLICY, cosigned_by="user:alice")
         | {"acted": 1},
         row(s.g2, "supervisor", "approve", SUPERVISOR, **evidence(s.g2, 1)),
         row(s.g4, "supervisor", "approve", SUPERVISOR, **evidence(s.g4, 0)),
-        row(s.g4, "approval", "granted", "user:dave", policy=POLICY, cosigned_by=SUPERVISOR)
+        row(s.g4, "approval", "approved", "user:dave", policy=POLICY, cosigned_by=SUPERVISOR)
         | {"acted": 1},
         row(s.q1, "question", "Small: one module", "user:carol", acted=1),
         row(s.q1, "refused", "answer", SUPERVISOR, policy_version=POLICY, decided_by="user:carol")

@@ -44,7 +44,7 @@ from tests.shep.workflows.conftest import git
 
 Reply = str | BaseException | Callable[[str], str]
 
-#: The node of each feature gate kind (what ``commands.policies.item_kind`` reads).
+#: The node of each feature gate kind.
 GATE_NODES = {"prd": "prd", "plan": "plan_gate", "merge": "merge_gate"}
 OPTIONS = [
     QuestionOption(id="small", label="Small: one module", recommended=True),
@@ -114,6 +114,7 @@ def feature_gate(kind: str, summary: str = "Ready for review", interrupt_id: str
         node=GATE_NODES[kind],
         summary=summary,
         phase=kind,
+        gate_kind=kind,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
+import msgspec
 import pytest
 
 from commands.policies import (
@@ -14,7 +15,8 @@ from commands.policies import (
     policy_for,
     set_policy_enabled,
 )
-from events.base import utc_now
+from events import catalog
+from events.base import topic_of, utc_now
 from events.errors import PolicyError
 from events.inbox import ApprovalRequested, QuestionAsked
 from events.store import EventStore
@@ -145,18 +147,50 @@ def test_auto_approve_with_only_blocked_paths_is_allowed(store: EventStore) -> N
 
 @pytest.mark.parametrize(
     ("node", "kind"),
+    [("prd", "prd"), ("review", "plan"), ("ship_it", "merge"), ("plan_gate", "gate")],
+)
+def test_item_kind_of_a_gate_is_the_kind_its_workflow_gave_it(node: str, kind: str) -> None:
+    """A gate's kind travels on its ``ApprovalRequested`` (issue 19): another workflow's
+    ``review`` gate of kind plan is a plan gate to a policy, whatever its node is called,
+    and a gate that names no kind is ``gate`` even at a feature gate's node name."""
+
+    def gate(**kind: str) -> ApprovalRequested:
+        return ApprovalRequested(
+            originator_id=UUID(int=1),
+            originator_version=1,
+            timestamp=utc_now(),
+            run_id=RUN,
+            node=node,
+            summary="s",
+            **kind,
+        )
+
+    assert item_kind(gate() if kind == "gate" else gate(gate_kind=kind)) == kind
+
+
+@pytest.mark.parametrize(
+    ("node", "kind"),
     [("prd", "prd"), ("plan_gate", "plan"), ("merge_gate", "merge"), ("approve", "gate")],
 )
-def test_item_kind_of_a_gate_is_its_feature_node(node: str, kind: str) -> None:
-    asked = ApprovalRequested(
-        originator_id=UUID(int=1),
-        originator_version=1,
-        timestamp=utc_now(),
-        run_id=RUN,
-        node=node,
-        summary="s",
+def test_a_gate_asked_by_shep_0_2_has_its_feature_node_kind(node: str, kind: str) -> None:
+    """An ``ApprovalRequested`` of version 2 (shep 0.2.0, no kind on it) is read with the
+    kind its feature workflow node had then; any other node's gate is ``gate``."""
+    stored = catalog.encode_event(
+        ApprovalRequested(
+            originator_id=UUID(int=1),
+            originator_version=1,
+            timestamp=utc_now(),
+            run_id=RUN,
+            node=node,
+            summary="s",
+        )
     )
-    assert item_kind(asked) == kind
+    state = msgspec.json.decode(stored)
+    del state["gate_kind"]
+    state["class_version"] = 2
+    asked = catalog.decode_event(topic_of(ApprovalRequested), msgspec.json.encode(state))
+    assert isinstance(asked, ApprovalRequested)
+    assert (asked.gate_kind, item_kind(asked)) == (kind, kind)
 
 
 def test_item_kind_of_a_question_is_question_at_any_node() -> None:

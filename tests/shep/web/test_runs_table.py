@@ -16,7 +16,8 @@ from pathlib import Path
 from commands.create_run import create_run
 from commands.start_run import start_run
 from events.store import EventStore
-from projections.database import open_database, positions
+from projections.database import open_database
+from projections.state import positions
 from shep.web.runs_table import Listings
 from tests.shep.web.ui_server import UiServer
 

@@ -14,6 +14,7 @@ import json
 import sys
 from types import ModuleType
 
+from events.run_status import RunStatus
 from shep.cli.docgen.reference import CLONE
 from shep.cli.docgen.scenarios import sample_repo
 from shep.cli.docgen.scratch import Scratch, Transcript
@@ -84,7 +85,7 @@ def _play(s: Scratch, out: Transcript, server: object) -> None:
     def at_prd() -> bool:
         s.settle(ignore=_waiter)
         runs = json.loads(s.out("shep status --json 2>/dev/null", env=buildbox))
-        return any(r["run_id"] == run and r["status"] == "waiting_approval" for r in runs)
+        return any(r["run_id"] == run and r["status"] == RunStatus.WAITING_APPROVAL for r in runs)
 
     s.wait_for(at_prd, "the laptop to resume the run with the build box's answer")
     out.add(
