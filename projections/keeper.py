@@ -11,8 +11,9 @@ server anyway every ``HEARTBEAT`` seconds (a notification lost with a connection
 costs no more than that). After each check it records the time and whether the
 server answered in the copy's ``shared_keeper`` row. It holds an exclusive
 ``flock`` on ``shared-cache.keeper`` beside the copy as long as it lives, and
-leaves ``LINGER`` seconds after the last read (each read touches that file), or
-at once when the file is gone (the home was removed).
+leaves ``LINGER`` seconds after the last read (each read touches that file), at
+once when the file is gone (the home was removed), and when a newer shep rebuilt
+the projections it folds (the next read starts a keeper of that shep).
 
 A reader (``kept``) trusts the copy as it is when a keeper holds the lock and
 checked within ``FRESH`` seconds; it imports nothing for that (``fcntl``, one
@@ -258,7 +259,7 @@ def _loop(
     listener: Any = None
     away = False
     try:
-        while _wanted(path, inode, linger):
+        while _wanted(conn, path, inode, linger):
             try:
                 if listener is None:
                     listener = psycopg.connect(
@@ -294,13 +295,20 @@ def _loop(
                 listener.close()
 
 
-def _wanted(path: str, inode: int, linger: float) -> bool:
-    """Whether the keeper is still wanted: its file is there (the same one), read lately."""
+def _wanted(conn: apsw.Connection, path: str, inode: int, linger: float) -> bool:
+    """Whether the keeper is still wanted: its file is there (the same one), read lately,
+    and the projections are those this shep folds (a newer shep rebuilt them: it starts a
+    keeper of its own)."""
+    from projections.database import stored_versions
+    from projections.tables import PROJECTION_VERSIONS
+
     try:
         st = os.stat(path)
     except OSError:
         return False
-    return st.st_ino == inode and time.time() - st.st_mtime <= linger
+    if st.st_ino != inode or time.time() - st.st_mtime > linger:
+        return False
+    return stored_versions(conn) == dict(PROJECTION_VERSIONS)
 
 
 __all__ = [

@@ -31,6 +31,7 @@ from events.postgres_url import where
 from events.sqlite_file import connect
 from events.store import EventStore
 from projections import keeper
+from projections.tables import VERSIONS_TABLE
 from tests.e2e.cli import shep
 from tests.postgres_server import PostgresServer
 from tests.runtime.test_background_recovery import wait_for
@@ -294,3 +295,19 @@ def test_a_keeper_leaves_when_nobody_reads(on_shared: str, shep_home: Path) -> N
     result = shep("_keep", "--linger", "1", "--heartbeat", "0.2", check=True, timeout=30)
     assert "no read for a while" in result.stderr
     assert not keeper.keeper_holds(copy_of(shep_home))
+
+
+@pytest.mark.slow
+def test_a_keeper_leaves_when_a_newer_shep_rebuilt_the_projections(
+    on_shared: str, kept_home: Keeper
+) -> None:
+    """The keeper folds with the code it started with: once the copy's projections are of
+    another version than its own (a newer shep rebuilt them), it leaves, and releases its
+    lock, rather than fold events into tables it does not know."""
+    conn = connect(copy_of(kept_home.home))
+    try:
+        conn.execute(f"UPDATE {VERSIONS_TABLE} SET version = version + 1 WHERE name = 'runs'")
+    finally:
+        conn.close()
+    assert kept_home.process.wait(timeout=30) == 0
+    assert not keeper.keeper_holds(copy_of(kept_home.home))
