@@ -48,7 +48,8 @@ AUTOSTART_ENV = "SHEP_SHARED_KEEPER"
 
 _STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS shared_keeper (id INTEGER PRIMARY KEY CHECK (id = 1), "
-    "pid INTEGER NOT NULL, checked_at REAL NOT NULL, online INTEGER NOT NULL, error TEXT)"
+    "pid INTEGER NOT NULL, url_where TEXT NOT NULL, checked_at REAL NOT NULL, "
+    "online INTEGER NOT NULL, error TEXT)"
 )
 
 
@@ -56,6 +57,8 @@ class Kept(NamedTuple):
     """A live keeper's last word on the copy."""
 
     pid: int
+    #: The store it keeps the copy of (``where(url)``).
+    server: str
     #: When it last checked with the server (``time.time()``).
     checked_at: float
     #: Whether the server answered that check.
@@ -109,15 +112,15 @@ def last_word(conn: apsw.Connection) -> Kept | None:
     """What the copy's keeper last recorded (it may be gone since), or None."""
     try:
         row = conn.execute(
-            "SELECT k.pid, k.checked_at, k.online, k.error, "
+            "SELECT k.pid, k.url_where, k.checked_at, k.online, k.error, "
             "(SELECT synced_at FROM shared_log WHERE id = 1) FROM shared_keeper k WHERE k.id = 1"
         ).fetchone()
     except apsw.SQLError:  # no keeper ever ran on this copy
         return None
     if row is None:
         return None
-    pid, checked_at, online, error, synced_at = row
-    return Kept(int(pid), float(checked_at), bool(online), error, synced_at)
+    pid, server, checked_at, online, error, synced_at = row
+    return Kept(int(pid), str(server), float(checked_at), bool(online), error, synced_at)
 
 
 def written_path(db_file: str) -> str:
@@ -161,7 +164,7 @@ def kept(conn: apsw.Connection, db_file: str, server: str) -> Kept | None:
     with contextlib.suppress(OSError):  # a read-only home: the keeper leaves sooner
         os.utime(lock_path(db_file))
     word = last_word(conn)
-    if word is None:
+    if word is None or word.server != server:  # a keeper of the store this home was on
         return None
     # A check from the future (the clock went back) is not trusted either.
     if not -1.0 <= time.time() - word.checked_at <= FRESH:
@@ -192,14 +195,16 @@ def _take(fd: int) -> bool:
     return False
 
 
-def _record(conn: apsw.Connection, *, online: bool, error: str | None) -> None:
+def _record(conn: apsw.Connection, url: str, *, online: bool, error: str | None) -> None:
+    from events.postgres_url import where
+
     with conn:
         conn.execute(_STATE_DDL)
         conn.execute(
-            "INSERT INTO shared_keeper VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-            "pid = excluded.pid, checked_at = excluded.checked_at, online = excluded.online, "
-            "error = excluded.error",
-            (os.getpid(), time.time(), int(online), error),
+            "INSERT INTO shared_keeper VALUES (1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET pid = excluded.pid, url_where = excluded.url_where, "
+            "checked_at = excluded.checked_at, online = excluded.online, error = excluded.error",
+            (os.getpid(), where(url), time.time(), int(online), error),
         )
 
 
@@ -269,7 +274,7 @@ def _loop(
                 # Listening: whatever was appended before is copied now, after by the next.
                 pull(conn, url)
                 catch_up(conn, pull=False)
-                _record(conn, online=True, error=None)
+                _record(conn, url, online=True, error=None)
                 if away:
                     say("the shared store is back.")
                     away = False
@@ -284,7 +289,7 @@ def _loop(
                     with contextlib.suppress(Exception):
                         listener.close()
                     listener = None
-                _record(conn, online=False, error=str(error))
+                _record(conn, url, online=False, error=str(error))
                 if not away:
                     say(f"{error} Trying again every {heartbeat:g}s.")
                     away = True

@@ -311,3 +311,28 @@ def test_a_keeper_leaves_when_a_newer_shep_rebuilt_the_projections(
         conn.close()
     assert kept_home.process.wait(timeout=30) == 0
     assert not keeper.keeper_holds(copy_of(kept_home.home))
+
+
+@pytest.mark.slow
+def test_a_keeper_of_another_store_is_not_trusted(
+    on_shared: str, kept_home: Keeper, pg_server: PostgresServer, shep_home: Path
+) -> None:
+    """The home is pointed at another store while its keeper keeps the copy of the first:
+    reads do not take that copy for the new store's (they ask the new server, which says
+    the copy is another store's)."""
+    with EventStore(on_shared) as store:
+        run_id = waiting_run(store)
+    wait_for(lambda: run_id.hex[:8] in probe("status")[0], what="the run in the copy")
+    other = pg_server.database()
+    with EventStore(other) as store:
+        waiting_run(store)
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, "status"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "SHEP_DATABASE_URL": other},
+        timeout=60,
+    )
+    assert "was made from another store than" in result.stderr
+    assert "PSYCOPG=True" in result.stderr
