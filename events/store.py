@@ -113,6 +113,8 @@ class EventStore:
         #: Told (once per outage) when a call starts waiting for the server, and when it is back.
         self.on_retry: Callable[[str], None] | None = None
         self._gave_up: StoreError | None = None
+        #: The log position of the last event this store appended (0: none yet).
+        self.last_appended = 0
         self._mapper = MsgspecMapper()
         self._snapshots: OrderedDict[UUID, _Snapshot] = OrderedDict()
         self._snapshots_guard = threading.Lock()
@@ -276,6 +278,8 @@ class EventStore:
             ) from e
         except PersistenceError as e:
             raise self._error(e) from e
+        if ids:
+            self.last_appended = max(self.last_appended, *ids)
         return list(ids or ())
 
     def _insert(self, stored: list[StoredEvent], kwargs: dict[str, Any]) -> Any:

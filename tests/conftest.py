@@ -18,6 +18,9 @@ def shep_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "shep-home"
     monkeypatch.setenv("SHEP_HOME", str(home))
     monkeypatch.delenv("SHEP_DEBUG", raising=False)
+    # A read on a shared home starts a keeper that outlives the command by half an hour;
+    # tests start theirs themselves (tests/postgres/test_keeper.py), and stop it.
+    monkeypatch.setenv("SHEP_SHARED_KEEPER", "0")
     return home
 
 

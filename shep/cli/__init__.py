@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "workflows": "shep.cli.run:workflows",
     "_worker": "shep.cli.run:worker",
     "_await": "shep.cli.run:await_decision",
+    "_keep": "shep.cli.keep:keep",
     "demo": "shep.cli.demo:demo",
     "inbox": "shep.cli.inbox:inbox",
     "answer": "shep.cli.inbox:answer",
@@ -58,8 +59,11 @@ _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: `supervisor` decides items of any run: a run it resumes is started by it, not orphaned.
 #: `doctor` reports on the home as it is, and changes nothing of it.
 _NO_ORPHAN_CHECK = frozenset(
-    {"_worker", "_await", "workflows", "demo", "audit", "replay", "supervisor", "doctor"}
+    {"_worker", "_await", "_keep", "workflows", "demo", "audit", "replay", "supervisor", "doctor"}
 )
+#: Commands that only read: on a shared store they read this home's copy of the log as it
+#: is while a keeper keeps it current (``projections.keeper``), and start one when none runs.
+_READERS = frozenset({"status", "inbox", "logs", "replay"})
 #: Commands that run on a damaged ``$SHEP_HOME/store``: the one that rewrites it, the one
 #: that reports it.
 _REPAIRING = frozenset({"settings", "doctor"})
@@ -170,6 +174,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
         debug=debug, repairing=ctx.invoked_subcommand in _REPAIRING, say=say_on_stderr
     )
     ctx.obj.on_progress = ProgressLine()  # a projection this shep changed is rebuilt first
+    ctx.obj.reads_only = ctx.invoked_subcommand in _READERS
     ctx.call_on_close(ctx.obj.close)
     if ctx.obj.store_file_error is not None:
         return  # the settings group refuses every command but the repair

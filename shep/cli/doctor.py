@@ -39,6 +39,7 @@ def doctor(runtime: Runtime, as_json: bool, agent_timeout: float) -> None:
     from shep.home.doctor import (
         check_disk,
         check_home,
+        check_keeper,
         check_locks,
         check_shared_store,
         check_store,
@@ -56,6 +57,7 @@ def doctor(runtime: Runtime, as_json: bool, agent_timeout: float) -> None:
         check_agent(configured_agent(runtime, store), runtime.home, timeout=agent_timeout),
         check_git(),
         check_shared_store(runtime, store),
+        *check_keeper(runtime),
     ]
     if as_json:
         import msgspec

@@ -480,3 +480,64 @@ def _shared_agent(url: str) -> AgentConfigured | ShepError | None:
         return e
     except Exception as e:
         return pg_error(e, url)
+
+
+def check_keeper(runtime: Runtime) -> list[Check]:
+    """On a shared store: which process keeps this home's copy of the log current, if one
+    does (``projections.keeper``), and whether the copy it keeps is current."""
+    if runtime.store_url is None:
+        return []
+    import time
+
+    from projections.keeper import FRESH, LINGER, as_of, keeper_pid, last_word
+
+    pid = keeper_pid(runtime.db_file)
+    if pid is None:
+        return [
+            Check(
+                "shared copy",
+                "ok",
+                "no keeper runs: each read asks the server first (the next one starts a keeper)",
+                data={"keeper_pid": None},
+            )
+        ]
+    word = None
+    if os.path.exists(runtime.db_file):
+        try:
+            conn = connect(runtime.db_file, readonly=True)
+            try:
+                word = last_word(conn)
+            finally:
+                conn.close()
+        except apsw.Error:
+            word = None
+    kept = (
+        f"kept current by process {pid} (shep _keep), which stops "
+        f"{counted(round(LINGER / 60), 'minute')} after the last read"
+    )
+    data: dict[str, Any] = {
+        "keeper_pid": pid,
+        "checked_at": word.checked_at if word else None,
+        "online": word.online if word else None,
+        "synced_at": word.synced_at if word else None,
+    }
+    if word is None or not -1.0 <= time.time() - word.checked_at <= FRESH:
+        return [
+            Check(
+                "shared copy",
+                "warn",
+                f"{kept}; it has not checked with the server lately: reads ask it themselves",
+                data=data,
+            )
+        ]
+    if not word.online:
+        return [
+            Check(
+                "shared copy",
+                "warn",
+                f"{kept}; the server is away ({word.error}): reads show the copy as of "
+                f"{as_of(word.synced_at)}",
+                data=data,
+            )
+        ]
+    return [Check("shared copy", "ok", f"{kept}; current as of {as_of(word.synced_at)}", data=data)]

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from projections.state import Progress
 
 
+def keeper_linger_words() -> str:
+    """How long a keeper stays after the last read, in words."""
+    from projections.keeper import LINGER
+
+    return counted(round(LINGER / 60), "minute")
+
+
 def _discard(line: str) -> None:
     """Where a runtime's notices go when its face gave no ``say``."""
 
@@ -76,6 +83,10 @@ class Runtime:
         self.resumed: dict[str, int] = {}
         #: Told how a rebuild of projections this shep changed goes (the CLI draws a line).
         self.on_progress: Progress | None = None
+        #: On a shared store: this command only reads, so the copy is read as it is while a
+        #: keeper keeps it current (``projections.keeper``), and a keeper is started when
+        #: none runs. A command that writes asks the server first, as before.
+        self.reads_only = False
 
     @classmethod
     def from_environment(
@@ -146,9 +157,7 @@ class Runtime:
                     raise
             self._read = conn
             if self.store_url is not None and not conn.readonly("main"):
-                from projections.mirror import pull_registered
-
-                pull_registered(conn)
+                self._refresh_copy(conn, self.store_url)
             behind = lag(conn)
             if behind > 0 and conn.readonly("main"):
                 self.say(
@@ -170,6 +179,51 @@ class Runtime:
                         f"are {counted(behind, 'event')} behind the log, shown as they are."
                     )
         return self._read
+
+    def _refresh_copy(self, conn: apsw.Connection, url: str) -> None:
+        """Bring the copy of the shared log up to date, unless a keeper does (a reader)."""
+        from projections import keeper
+
+        if self.reads_only:
+            from events.postgres_url import where
+
+            word = keeper.kept(conn, self.db_file, where(url))
+            if word is not None:
+                if not word.online:
+                    self.say(
+                        f"shep: {word.error} Showing this machine's copy of the log as of "
+                        f"{keeper.as_of(word.synced_at)}."
+                    )
+                return
+        from projections.mirror import pull_registered
+
+        pull_registered(conn)
+        if self.reads_only and keeper.autostart() and not keeper.keeper_holds(self.db_file):
+            self._start_keeper()
+
+    def _start_keeper(self) -> None:
+        from pathlib import Path
+
+        from shep.home.procs import spawn_shep
+
+        log = Path(self.home_dir) / "logs" / "keeper.log"
+        pid = spawn_shep(Path(self.home_dir), ["_keep"], log)
+        self.say(
+            f"shep: started a process (pid {pid}) that keeps this machine's copy of the shared "
+            "log current, so that reading it need not wait for the server; it stops "
+            f"{keeper_linger_words()} after the last read (`shep doctor` shows it)."
+        )
+
+    def _note_own_writes(self) -> None:
+        """After appending to the shared store, note how far: this home's next read pulls
+        unless its copy holds that position already (it reads its own writes even before
+        its keeper applied them)."""
+        if self._store is None or self.store_url is None or not self._store.last_appended:
+            return
+        from events.postgres_url import where
+        from projections.keeper import note_written
+
+        note_written(self.db_file, where(self.store_url), self._store.last_appended)
 
     def store(self) -> EventStore:
         """The event store commands append to (imports eventsourcing on first use)."""
@@ -211,6 +265,7 @@ class Runtime:
             raise StoreUnavailableError(f"SHEP_HOME {self.home} does not exist.")
 
     def close(self) -> None:
+        self._note_own_writes()
         if self._read is not None:
             self._read.close()
             self._read = None

@@ -91,6 +91,9 @@ class Scratch:
             "PYTHONPATH": str(CLONE),
             "GIT_CONFIG_NOSYSTEM": "1",
             "TMPDIR": str(self._tmp()),
+            # No keeper of a shared home's copy (it would outlive the scenario by half an
+            # hour): docs/teams.md describes it.
+            "SHEP_SHARED_KEEPER": "0",
         }
 
     @property
