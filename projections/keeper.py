@@ -304,7 +304,7 @@ def _wanted(conn: apsw.Connection, path: str, inode: int, linger: float) -> bool
     """Whether the keeper is still wanted: its file is there (the same one), read lately,
     and the projections are those this shep folds (a newer shep rebuilt them: it starts a
     keeper of its own)."""
-    from projections.database import stored_versions
+    from projections.state import stored_versions
     from projections.tables import PROJECTION_VERSIONS
 
     try:
