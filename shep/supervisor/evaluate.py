@@ -196,7 +196,11 @@ class EvaluationGraph:
             text = self.evaluator(prompt, model=policy.model, timeout=policy.timeout)
         except Exception as e:  # an unreliable subprocess: any failure escalates
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            return {"reply": Reply("escalate", "", problem=f"the evaluator failed: {reason}")}
+            return {
+                "reply": Reply(
+                    SupervisorVerdict.ESCALATE, "", problem=f"the evaluator failed: {reason}"
+                )
+            }
         return {"reply": read_reply(text)}
 
     def _emit(self, state: EvalState) -> EvalState:
@@ -208,15 +212,21 @@ class EvaluationGraph:
         fields: dict[str, Any]
         if outcome == "breach":
             broken = "; ".join(r.detail for r in rules if r.passed is False)
-            fields = {"verdict": "escalate", "rationale": f"guardrail breached: {broken}"}
+            fields = {
+                "verdict": SupervisorVerdict.ESCALATE,
+                "rationale": f"guardrail breached: {broken}",
+            }
         elif outcome == "missing":
             missing = "; ".join(f"{r.rule}: {r.detail}" for r in rules if r.passed is None)
             fields = {
-                "verdict": "escalate",
+                "verdict": SupervisorVerdict.ESCALATE,
                 "rationale": f"missing metrics (fail closed): {missing}",
             }
         elif reply is None:
-            fields = {"verdict": "approve", "rationale": "every guardrail passed (auto-approve)"}
+            fields = {
+                "verdict": SupervisorVerdict.APPROVE,
+                "rationale": "every guardrail passed (auto-approve)",
+            }
         elif reply.verdict == UNDECIDED:
             fields = {"verdict": UNDECIDED, "rationale": reply.rationale}
         else:
@@ -257,43 +267,60 @@ def _from_reply(reply: Reply, item: ItemState, kind: str) -> dict[str, Any]:
     """The evaluator's reply as a verdict this item can take; anything else escalates."""
     base: dict[str, Any] = {"confidence": reply.confidence}
     if reply.problem:
-        return {**base, "verdict": "escalate", "rationale": reply.problem}
+        return {**base, "verdict": SupervisorVerdict.ESCALATE, "rationale": reply.problem}
     if not reply.rationale:
-        return {**base, "verdict": "escalate", "rationale": "the evaluator gave no rationale"}
+        return {
+            **base,
+            "verdict": SupervisorVerdict.ESCALATE,
+            "rationale": "the evaluator gave no rationale",
+        }
     verdict = reply.verdict
     if kind == ItemKind.QUESTION:
-        if verdict in ("answer", "approve", "advise") and reply.answer:
+        if (
+            verdict
+            in (SupervisorVerdict.ANSWER, SupervisorVerdict.APPROVE, SupervisorVerdict.ADVISE)
+            and reply.answer
+        ):
             asked = item.asked
             assert isinstance(asked, QuestionAsked)
             option = asked.option_named(reply.answer)
             if option is None and not asked.free_text:
                 return {
                     **base,
-                    "verdict": "escalate",
+                    "verdict": SupervisorVerdict.ESCALATE,
                     "rationale": f"the evaluator's answer {reply.answer!r} is not one of the "
                     f"options ({reply.rationale})",
                 }
             answer = option.label if option else reply.answer
             return {
                 **base,
-                "verdict": "answer" if verdict != "advise" else "advise",
+                "verdict": (
+                    SupervisorVerdict.ADVISE
+                    if verdict == SupervisorVerdict.ADVISE
+                    else SupervisorVerdict.ANSWER
+                ),
                 "rationale": reply.rationale,
                 "answer": answer,
                 "option_id": option.id if option else None,
             }
-        if verdict in ("escalate", "advise"):
+        if verdict in (SupervisorVerdict.ESCALATE, SupervisorVerdict.ADVISE):
             return {**base, "verdict": verdict, "rationale": reply.rationale}
         return {
             **base,
-            "verdict": "escalate",
+            "verdict": SupervisorVerdict.ESCALATE,
             "rationale": f"the evaluator answered {verdict or 'nothing'!r} without an answer: "
             f"{reply.rationale}",
         }
-    if verdict in ("approve", "reject", "escalate", "advise"):
+    if verdict in (
+        SupervisorVerdict.APPROVE,
+        SupervisorVerdict.REJECT,
+        SupervisorVerdict.ESCALATE,
+        SupervisorVerdict.ADVISE,
+    ):
         return {**base, "verdict": verdict, "rationale": reply.rationale}
     return {
         **base,
-        "verdict": "escalate",
+        "verdict": SupervisorVerdict.ESCALATE,
         "rationale": f"the evaluator's verdict {verdict!r} is not approve, reject or escalate: "
         f"{reply.rationale}",
     }

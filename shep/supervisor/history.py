@@ -25,6 +25,7 @@ from events.inbox import (
 from events.supervisor import (
     SupervisorDecisionMade,
     SupervisorDecisionRefused,
+    SupervisorVerdict,
     supervisor_stream_id,
 )
 from shep.home.runtime import Runtime
@@ -119,7 +120,11 @@ def _item_row(item: str, event: Event) -> dict[str, Any] | None:
     if isinstance(event, QuestionAnswered):
         verdict, rationale = f"answer {event.answer!r}", ""
     else:
-        verdict = "approve" if isinstance(event, ApprovalGranted) else "reject"
+        verdict = (
+            SupervisorVerdict.APPROVE
+            if isinstance(event, ApprovalGranted)
+            else SupervisorVerdict.REJECT
+        )
         rationale = event.rationale
     row: dict[str, Any] = {
         "at": event.timestamp.isoformat(),

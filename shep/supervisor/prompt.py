@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from events.inbox_status import ItemKind
-from events.supervisor import Autonomy
+from events.supervisor import Autonomy, SupervisorVerdict
 
 #: Recorded with every decision; bump it whenever the text below changes.
 PROMPT_VERSION = "supervisor-prompt-2"
@@ -125,7 +125,7 @@ def read_reply(text: str) -> Reply:
     data = _last_object(text)
     if data is None:
         problem = "was not valid JSON" if "{" in text else "had no JSON verdict"
-        return Reply("escalate", "", problem=f"the evaluator's reply {problem}")
+        return Reply(SupervisorVerdict.ESCALATE, "", problem=f"the evaluator's reply {problem}")
     verdict = str(data.get("verdict", "")).strip().lower()
     rationale = str(data.get("rationale", "") or "").strip()
     confidence = data.get("confidence")

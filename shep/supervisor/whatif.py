@@ -77,8 +77,8 @@ def _actual(item: ItemState) -> tuple[str, str]:
     if isinstance(decision, QuestionAnswered):
         return f"answer:{decision.answer}", f"answered {decision.answer!r} by {decision.actor}"
     if isinstance(decision, ApprovalGranted):
-        return "approve", f"approved by {decision.actor}"
-    return "reject", f"rejected by {decision.actor}"
+        return SupervisorVerdict.APPROVE, f"approved by {decision.actor}"
+    return SupervisorVerdict.REJECT, f"rejected by {decision.actor}"
 
 
 def _would(decision: Decision) -> tuple[str, str]:
