@@ -19,10 +19,11 @@ from uuid import UUID
 
 import msgspec
 
-from commands.inbox_state import ItemState
-from commands.run_state import load_run, next_events
+from commands.inbox_state import ItemState, load_item
+from commands.run_state import CONFLICT_RETRIES, load_run, next_events
 from commands.suspend_run import Ask, asked_node, item_event
 from events.base import utc_now
+from events.errors import ConcurrencyError
 from events.inbox import ApprovalRequested, ArtifactRef, item_stream_id
 from events.inbox_status import ItemKind
 from events.store import EventStore
@@ -95,6 +96,10 @@ def reapply_decision(
     """Record ``ask`` on the fork's item, the origin's decision on it, and the node's start on
     the run (as ``suspend_run`` does for an item it asks), in one fenced append; return the
     item id. ``ask.reapply`` says why (``check_reapply`` must have taken it).
+
+    The run's stream has other writers (the worker's heartbeat): when one appends between
+    our load and our append, the store refuses ours, and we look again, as
+    ``append_to_run`` does. An item another worker of this fork recorded meanwhile stands.
     """
     assert origin.decision is not None
     item_id = item_stream_id(run_id, ask.interrupt_id)
@@ -107,6 +112,15 @@ def reapply_decision(
         run_id=run_id,
         reapplied_from=origin.item_id,
     )
-    started = next_events(load_run(store, run_id), [asked_node(ask)], epoch=epoch)
-    store.append([asked, decided, *started])
-    return item_id
+    for attempt in range(CONFLICT_RETRIES):
+        if load_item(store, item_id) is not None:
+            return item_id
+        started = next_events(load_run(store, run_id), [asked_node(ask)], epoch=epoch)
+        try:
+            store.append([asked, decided, *started])
+        except ConcurrencyError:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise
+            continue
+        return item_id
+    raise AssertionError("unreachable")

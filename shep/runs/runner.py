@@ -308,7 +308,7 @@ class Runner:
                     epoch=self.epoch,
                 )
             except ConcurrencyError:
-                continue  # another worker of this fork recorded it first: use theirs
+                continue  # the run kept moving under it: the item is asked as any other
             self.progress.message(
                 f"{key[0]}: reapplied the decision of run {origin.hex[:8]} "
                 f"({theirs.decision.actor if theirs.decision else ''})"
