@@ -94,7 +94,7 @@ PLAN = AgentStep(
     instruction=f"[step:plan] Read the repository at {{repo}} and review {PLAN_FILE}.",
 )
 PLAN_GATE = ApprovalGate(
-    name="plan_gate", title="Approve the plan", phase="plan", approval=_approval
+    name="plan_gate", title="Approve the plan", phase="plan", approval=_approval, kind="plan"
 )
 APPLY = AgentStep(
     name="apply",
