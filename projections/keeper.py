@@ -69,6 +69,13 @@ class Kept(NamedTuple):
     synced_at: float | None
 
 
+def linger_words() -> str:
+    """How long a keeper stays after the last read, in words (``30 minutes``)."""
+    from events.words import counted
+
+    return counted(round(LINGER / 60), "minute")
+
+
 def lock_path(db_file: str) -> str:
     """``shared-cache.keeper`` beside ``shared-cache.db``."""
     return os.path.splitext(db_file)[0] + ".keeper"
@@ -329,6 +336,7 @@ __all__ = [
     "keeper_pid",
     "kept",
     "last_word",
+    "linger_words",
     "lock_path",
     "note_written",
     "written_path",

@@ -489,7 +489,7 @@ def check_keeper(runtime: Runtime) -> list[Check]:
         return []
     import time
 
-    from projections.keeper import FRESH, LINGER, as_of, keeper_pid, last_word
+    from projections.keeper import FRESH, as_of, keeper_pid, last_word, linger_words
 
     pid = keeper_pid(runtime.db_file)
     if pid is None:
@@ -513,7 +513,7 @@ def check_keeper(runtime: Runtime) -> list[Check]:
             word = None
     kept = (
         f"kept current by process {pid} (shep _keep), which stops "
-        f"{counted(round(LINGER / 60), 'minute')} after the last read"
+        f"{linger_words()} after the last read"
     )
     data: dict[str, Any] = {
         "keeper_pid": pid,

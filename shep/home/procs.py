@@ -14,15 +14,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import psutil
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 _LOCKS = "/proc/locks"
+T = TypeVar("T")
 
 
 def process_start(pid: int) -> str | None:
@@ -133,52 +134,27 @@ def processes_with(variable: str) -> Iterator[tuple[int, str]]:
 def environ(pid: int, unreadable: dict[str, str] | None = None) -> dict[str, str] | None:
     """The environment of process ``pid``; ``unreadable`` when it cannot be read (gone, or
     another user's)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).environ()
-    except (psutil.Error, OSError):
-        return unreadable
+    return _read(pid, lambda p: p.environ(), unreadable)
 
 
 def command_line(pid: int) -> str | None:
     """The command line of process ``pid``, its words joined by spaces (None: gone)."""
-    import psutil
-
-    try:
-        return " ".join(psutil.Process(pid).cmdline())
-    except (psutil.Error, OSError):
-        return None
+    return _read(pid, lambda p: " ".join(p.cmdline()), None)
 
 
 def process_name(pid: int) -> str:
     """The executable's name of process ``pid`` (empty when it cannot be read)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).name()
-    except (psutil.Error, OSError):
-        return ""
+    return _read(pid, lambda p: p.name(), "")
 
 
 def working_directory(pid: int) -> str | None:
     """The working directory of process ``pid`` (None when it cannot be read)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).cwd()
-    except (psutil.Error, OSError):
-        return None
+    return _read(pid, lambda p: p.cwd(), None)
 
 
 def has_open(pid: int, path: str) -> bool:
     """Whether process ``pid`` holds the file at ``path`` (a real path) open."""
-    import psutil
-
-    try:
-        return any(f.path == path for f in psutil.Process(pid).open_files())
-    except (psutil.Error, OSError):
-        return False
+    return _read(pid, lambda p: any(f.path == path for f in p.open_files()), False)
 
 
 def others() -> list[int]:
@@ -191,13 +167,7 @@ def others() -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) process ``pid`` has used so far (NaN: gone)."""
-    import psutil
-
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except (psutil.Error, OSError):
-        return float("nan")
-    return times.user + times.system
+    return _read(pid, lambda p: float(sum(p.cpu_times()[:2])), float("nan"))
 
 
 def lock_holders(path: str, kind: str) -> list[int]:
@@ -255,6 +225,17 @@ def spawn_shep(home: Path, args: list[str], log: Path) -> int:
             env={**os.environ, "SHEP_HOME": str(home)},
         )
     return process.pid
+
+
+def _read(pid: int, read: Callable[[psutil.Process], T], default: T) -> T:
+    """What ``read`` gets from process ``pid``, or ``default`` when it cannot be read (gone,
+    or another user's)."""
+    import psutil
+
+    try:
+        return read(psutil.Process(pid))
+    except (psutil.Error, OSError):
+        return default
 
 
 def _processes() -> Iterator[psutil.Process]:

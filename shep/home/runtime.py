@@ -33,13 +33,6 @@ if TYPE_CHECKING:
     from projections.state import Progress
 
 
-def keeper_linger_words() -> str:
-    """How long a keeper stays after the last read, in words."""
-    from projections.keeper import LINGER
-
-    return counted(round(LINGER / 60), "minute")
-
-
 def _discard(line: str) -> None:
     """Where a runtime's notices go when its face gave no ``say``."""
 
@@ -204,6 +197,7 @@ class Runtime:
     def _start_keeper(self) -> None:
         from pathlib import Path
 
+        from projections.keeper import linger_words
         from shep.home.procs import spawn_shep
 
         log = Path(self.home_dir) / "logs" / "keeper.log"
@@ -211,7 +205,7 @@ class Runtime:
         self.say(
             f"shep: started a process (pid {pid}) that keeps this machine's copy of the shared "
             "log current, so that reading it need not wait for the server; it stops "
-            f"{keeper_linger_words()} after the last read (`shep doctor` shows it)."
+            f"{linger_words()} after the last read (`shep doctor` shows it)."
         )
 
     def _note_own_writes(self) -> None:
