@@ -49,7 +49,7 @@ from benchmarks.run import (
 )
 from events.store import EventStore
 from projections.keeper import AUTOSTART_ENV, keeper_pid, kept
-from shep.home.runtime import SHARED_COPY
+from projections.mirror import copy_file
 from tests.support.postgres_server import PostgresServer, find_binaries
 
 WRITERS = 8
@@ -188,7 +188,7 @@ def bench_pg_status(url: str, work: Path, runs: int, rounds: int) -> dict[str, f
         lambda: _wall(status, pulling_env), lambda: _wall(status, local_env), rounds
     )
     _wall(status, shared_env)  # starts the keeper, as a user's first status does
-    copy = str(shared_home / SHARED_COPY)
+    copy = copy_file(str(shared_home), url)
     try:
         deadline = time.monotonic() + 60
         while not _kept(copy, url):

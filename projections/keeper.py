@@ -1,6 +1,6 @@
 """The keeper: one process per home that keeps its copy of the shared log current.
 
-A home on a shared store reads ``shared-cache.db`` (``projections.mirror``). Asking
+A home on a shared store reads its copy of it (``projections.mirror.copy_file``). Asking
 the server what is new before every read costs importing psycopg and a round trip,
 more than the read itself; so, while a keeper runs, readers do not ask.
 
@@ -10,7 +10,7 @@ the copy and folds it into the projections; with nothing notified it asks the
 server anyway every ``HEARTBEAT`` seconds (a notification lost with a connection
 costs no more than that). After each check it records the time and whether the
 server answered in the copy's ``shared_keeper`` row. It holds an exclusive
-``flock`` on ``shared-cache.keeper`` beside the copy as long as it lives, and
+``flock`` on the ``.keeper`` file beside the copy as long as it lives, and
 leaves ``LINGER`` seconds after the last read (each read touches that file), at
 once when the file is gone (the home was removed), and when a newer shep rebuilt
 the projections it folds (the next read starts a keeper of that shep).
@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import apsw
 
 from events.errors import StoreUnavailableError
+from projections.mirror import lock_path, written_path
 
 #: Seconds between the keeper's checks with the server when nothing was notified.
 HEARTBEAT = 5.0
@@ -74,11 +75,6 @@ def linger_words() -> str:
     from events.words import counted
 
     return counted(round(LINGER / 60), "minute")
-
-
-def lock_path(db_file: str) -> str:
-    """``shared-cache.keeper`` beside ``shared-cache.db``."""
-    return os.path.splitext(db_file)[0] + ".keeper"
 
 
 def autostart() -> bool:
@@ -128,11 +124,6 @@ def last_word(conn: apsw.Connection) -> Kept | None:
         return None
     pid, server, checked_at, online, error, synced_at = row
     return Kept(int(pid), str(server), float(checked_at), bool(online), error, synced_at)
-
-
-def written_path(db_file: str) -> str:
-    """``shared-cache.written`` beside the copy: how far this home's last write went."""
-    return os.path.splitext(db_file)[0] + ".written"
 
 
 def note_written(db_file: str, server: str, position: int) -> None:

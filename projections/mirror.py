@@ -1,18 +1,19 @@
 """A home on a shared store keeps a verified copy of the log, and its projections, in SQLite.
 
-The shared log lives in PostgreSQL; ``$SHEP_HOME/shared-cache.db`` holds, position for
-position, a copy of its ``stored_events`` and, beside it, the same projections a
-home on SQLite keeps. Everything that reads (status, logs, the inbox, replay,
-audit) reads the copy, so it stays fast and works, as of the last copy, while the
-server is away.
+The shared log lives in PostgreSQL; ``$SHEP_HOME/shared-cache-<store>.db`` holds,
+position for position, a copy of its ``stored_events`` and, beside it, the same
+projections a home on SQLite keeps. Each store has its own copy (``copy_file``): a home
+pointed at another store reads that store's copy, and finds the first one as it was when
+it comes back. Everything that reads (status, logs, the inbox, replay, audit) reads the
+copy, so it stays fast and works, as of the last copy, while the server is away.
 
-``pull`` copies what the server has past the copy's head. Nothing is taken on
-trust: each row's chain hash is computed again from the one before it and must
-equal the server's, and the server's hash at the copy's head must equal the
-copy's, so a copy is never continued from another store's log.
+``pull`` copies what the server has past the copy's head. Nothing is taken on trust:
+each row's chain hash is computed again from the one before it and must equal the
+server's, and the server's hash at the copy's head must equal the copy's, so a copy is
+never continued from another store's log.
 
-Only psycopg is imported, not eventsourcing: ``shep status`` on a shared store
-pays for one connection and one query when nothing is new.
+Only psycopg is imported, not eventsourcing: ``shep status`` on a shared store pays for
+one connection and one query when nothing is new.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ _SELECT_AFTER = (
 )
 _INSERT = "INSERT INTO stored_events VALUES (?, ?, ?, ?, ?, ?)"
 
+#: What the copy of a shared store is called, before the store's name (``copy_file``).
+COPY_PREFIX = "shared-cache-"
+#: The one copy an older shep kept, whichever store the home was on.
+LEGACY_COPY = "shared-cache.db"
+
 #: Copies this process keeps: database file -> URL of the shared store.
 _copies: dict[str, str] = {}
 #: Open connections, one per URL.
@@ -52,6 +58,86 @@ _connections: dict[str, Any] = {}
 _offline: set[str] = set()
 #: Who is told, per URL, that its server is away (a face's ``say``).
 _notices: dict[str, Callable[[str], None]] = {}
+
+
+def copy_file(home_dir: str, url: str) -> str:
+    """The file of this home's copy of the store at ``url``:
+    ``shared-cache-<host>-<port>-<database>-<hash>.db``, the hash telling apart names that
+    read alike. A copy an older shep kept as ``shared-cache.db`` is taken over when it is
+    a copy of this store (``_adopt``)."""
+    path = os.path.join(home_dir, copy_name(url))
+    if not os.path.exists(path) and os.path.exists(os.path.join(home_dir, LEGACY_COPY)):
+        _adopt(os.path.join(home_dir, LEGACY_COPY), path, where(url))
+    return path
+
+
+def copy_name(url: str) -> str:
+    """The name of a home's copy of the store at ``url`` (``copy_file``)."""
+    import hashlib
+
+    server = where(url)
+    name = "".join(c if c.isalnum() or c in "._" else "-" for c in server).strip("-")[:80]
+    digest = hashlib.sha256(server.encode()).hexdigest()[:8]
+    return f"{COPY_PREFIX}{name}-{digest}.db"
+
+
+def _adopt(legacy: str, path: str, server: str) -> None:
+    """Copy an older shep's ``shared-cache.db`` to ``path`` when it is a copy of ``server``,
+    then remove it (and the files beside it): the log it holds needs no copying again, and
+    reads work at once even with the server away.
+
+    Nothing is taken while that shep's keeper still keeps it (its lock is held): the copy is
+    then made anew from the server. SQLite's backup copies a consistent state whoever has
+    the file open, into a name of its own renamed into place, so no reader sees half of it.
+    """
+    import fcntl
+
+    fd = os.open(lock_path(legacy), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        if os.path.exists(path) or not os.path.exists(legacy):
+            return  # another process took it over first
+        partial = path + ".adopting"
+        try:
+            source = apsw.Connection(legacy, flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                row = source.execute("SELECT url_where FROM shared_log WHERE id = 1").fetchone()
+                if row is None or row[0] != server:
+                    return  # a copy of another store: left as it is
+                target = apsw.Connection(partial)
+                try:
+                    with target.backup("main", source, "main") as backup:
+                        backup.step(-1)
+                finally:
+                    target.close()
+            finally:
+                source.close()
+        except apsw.Error:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+            return  # not readable as a copy: made anew from the server
+        os.replace(partial, path)
+        with contextlib.suppress(OSError):
+            os.replace(written_path(legacy), written_path(path))
+        for leftover in (legacy, legacy + "-wal", legacy + "-shm", lock_path(legacy)):
+            with contextlib.suppress(OSError):
+                os.remove(leftover)
+    finally:
+        os.close(fd)
+
+
+def lock_path(db_file: str) -> str:
+    """``shared-cache-<store>.keeper`` beside ``shared-cache-<store>.db``: the keeper's lock
+    (``projections.keeper``)."""
+    return os.path.splitext(db_file)[0] + ".keeper"
+
+
+def written_path(db_file: str) -> str:
+    """The ``.written`` file beside the copy: how far this home's last write went."""
+    return os.path.splitext(db_file)[0] + ".written"
 
 
 def register(path: str, url: str, on_offline: Callable[[str], None] | None = None) -> None:
@@ -115,7 +201,7 @@ def pull(conn: apsw.Connection, url: str, *, batch_size: int = 5000) -> int:
                 ).fetchone()
                 position, previous = (int(head[0]), bytes(head[1])) if head else (0, GENESIS_HASH)
                 if head is not None and copied == 0:
-                    _check_same_log(server, url, position, previous)
+                    _check_same_log(conn, server, url, position, previous)
                 rows = server.execute(_SELECT_AFTER, (position, batch_size)).fetchall()
                 checked = []
                 for nid, oid, version, topic, raw_state, raw_hash in rows:
@@ -140,7 +226,7 @@ def pull(conn: apsw.Connection, url: str, *, batch_size: int = 5000) -> int:
         # The server has no log yet: nothing to copy, unless the copy holds another log.
         head = conn.execute("SELECT max(notification_id) FROM stored_events").fetchone()
         if head and head[0]:
-            raise _other_store(int(head[0]), url) from None
+            raise _other_store(conn, int(head[0]), url) from None
         _mark_synced_now(conn, url)
         return copied
     except psycopg.Error as e:
@@ -168,17 +254,20 @@ def newest_writer(url: str) -> str | None:
     return str(row[0]) if row else None
 
 
-def _check_same_log(server: Any, url: str, position: int, head_hash: bytes) -> None:
+def _check_same_log(
+    conn: apsw.Connection, server: Any, url: str, position: int, head_hash: bytes
+) -> None:
     row = server.execute(
         "SELECT chain_hash FROM stored_events WHERE notification_id = %s", (position,)
     ).fetchone()
     if row is None or bytes(row[0]) != head_hash:
-        raise _other_store(position, url)
+        raise _other_store(conn, position, url)
 
 
-def _other_store(position: int, url: str) -> StoreError:
+def _other_store(conn: apsw.Connection, position: int, url: str) -> StoreError:
+    name = os.path.basename(conn.filename)
     return StoreError(
-        f"This home's copy of the log (shared-cache.db, {counted(position, 'event')}) was made "
+        f"This home's copy of the log ({name}, {counted(position, 'event')}) was made "
         f"from another store than {where(url)}. Move it aside; the next command "
         "copies the log anew."
     )
@@ -251,12 +340,18 @@ def pull_registered(conn: apsw.Connection) -> bool:
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "COPY_PREFIX",
+    "LEGACY_COPY",
+    "copy_file",
+    "copy_name",
     "describe_staleness",
     "forget_offline",
     "is_offline",
+    "lock_path",
     "pull",
     "pull_registered",
     "register",
     "staleness",
     "url_of",
+    "written_path",
 ]

@@ -58,8 +58,21 @@ _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: `replay` writes nothing at all (the orphan check would append events).
 #: `supervisor` decides items of any run: a run it resumes is started by it, not orphaned.
 #: `doctor` reports on the home as it is, and changes nothing of it.
+#: `settings` must work on a home whose copy of a shared store cannot be read (to point the
+#: home elsewhere), and marks nothing.
 _NO_ORPHAN_CHECK = frozenset(
-    {"_worker", "_await", "_keep", "workflows", "demo", "audit", "replay", "supervisor", "doctor"}
+    {
+        "_worker",
+        "_await",
+        "_keep",
+        "workflows",
+        "demo",
+        "audit",
+        "replay",
+        "supervisor",
+        "doctor",
+        "settings",
+    }
 )
 #: Commands that only read: on a shared store they read this home's copy of the log as it
 #: is while a keeper keeps it current (``projections.keeper``), and start one when none runs.

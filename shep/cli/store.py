@@ -190,8 +190,9 @@ def store_command(
 
     A team points every machine at one shared store: one inbox, one status, one
     audit trail. Each machine keeps a verified copy of the log and its read
-    models in $SHEP_HOME/shared-cache.db. The URL is kept in $SHEP_HOME/store
-    (0600, beside the tokens); SHEP_DATABASE_URL, when set, wins over it.
+    models in $SHEP_HOME/shared-cache-<store>.db, one per store. The URL is kept
+    in $SHEP_HOME/store (0600, beside the tokens); SHEP_DATABASE_URL, when set,
+    wins over it.
     Copy an existing shep.db into an empty shared store with `shep store migrate`.
     """
     from events.errors import SettingsError

@@ -19,9 +19,6 @@ from projections.database import open_database
 from projections.queries import inbox_has_work
 from projections.state import has_schema, lag
 
-#: The file a home on a shared store keeps its copy of the log and its projections in.
-SHARED_COPY = "shared-cache.db"
-
 #: Statuses whose run needs a live process: orphan detection looks only at these.
 _NEED_A_WORKER = (RunStatus.RUNNING.value, RunStatus.PENDING.value)
 
@@ -63,9 +60,9 @@ class Runtime:
             self.db_file = os.path.join(self.home_dir, "shep.db")
         else:
             # This home's verified copy of the shared log, with its projections.
-            self.db_file = os.path.join(self.home_dir, SHARED_COPY)
-            from projections.mirror import register
+            from projections.mirror import copy_file, register
 
+            self.db_file = copy_file(self.home_dir, store_url)
             register(self.db_file, store_url, on_offline=self.say)
         self.debug = debug
         self._read: apsw.Connection | None = None

@@ -13,10 +13,12 @@ import json
 import stat
 from pathlib import Path
 
+import apsw
 import psycopg
 import pytest
 
 from events.postgres_url import where
+from projections.mirror import copy_file
 from shep.home.secrets import load_store_url
 from tests.cli.test_store_migrate import (
     closed_port,
@@ -55,7 +57,7 @@ def test_a_url_is_checked_saved_0600_and_shown(shep_home: Path, pg_url: str) -> 
     result = shep("settings", "store", "--url", pg_url)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    copy = shep_home / "shared-cache.db"
+    copy = copy_file(str(shep_home), pg_url)
     assert result.stdout.splitlines() == [
         f"store: shared PostgreSQL {pg_url} (from shep settings store)",
         f"copy: {copy} (0 events)",
@@ -237,3 +239,81 @@ def test_a_damaged_store_file_is_repaired_by_the_command_it_names(
     result = shep("settings", "store", "--url", pg_url)
     assert result.returncode == 0, result.stderr
     assert saved(shep_home) == {"url": pg_url}
+
+
+def test_a_home_moved_between_stores_keeps_a_copy_of_each(
+    shep_home: Path, pg_server: PostgresServer
+) -> None:
+    """Pointed at another store and back, a home reads each store's own copy: the second
+    store's log shows at once, the first's is as it was when the home comes back, and
+    nothing says a copy "was made from another store"."""
+    first, second = pg_server.database(), pg_server.database()
+    shep("settings", "store", "--url", first, check=True)
+    shep("settings", "set", "heartbeat_interval", "5", check=True)
+
+    moved = shep("settings", "store", "--url", second)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stderr == ""
+    second_copy = copy_file(str(shep_home), second)
+    assert moved.stdout.splitlines()[1] == f"copy: {second_copy} (0 events)"
+    shep("settings", "set", "heartbeat_interval", "6", check=True)
+    assert (
+        json.loads(shep("settings", "show", "--json", check=True).stdout)["heartbeat_interval"]
+        == 6.0
+    )
+
+    local = shep("settings", "store", "--local")
+    assert local.returncode == 0, local.stderr
+    back = shep("settings", "store", "--url", first)
+    assert back.returncode == 0, back.stderr
+    assert back.stdout.splitlines()[1] == f"copy: {copy_file(str(shep_home), first)} (1 event)"
+    assert (
+        json.loads(shep("settings", "show", "--json", check=True).stdout)["heartbeat_interval"]
+        == 5.0
+    )
+    assert [row[3] for row in server_rows(first)] == ["events.settings:SettingChanged"]
+    assert len(server_rows(second)) == 1
+
+
+def test_an_older_shep_s_copy_of_the_store_is_taken_over(
+    shep_home: Path, own_pg_server: PostgresServer
+) -> None:
+    """The single ``shared-cache.db`` an older shep kept is taken over when it is a copy of
+    the home's store: the home reads it even with the server away, and it is removed with
+    the files beside it. One of another store is left alone, and the store's copy is made
+    anew from the server."""
+    url, other = own_pg_server.database(), own_pg_server.database()
+    shep("settings", "store", "--url", url, check=True)
+    for value in ("5", "6"):
+        shep("settings", "set", "heartbeat_interval", value, check=True)
+    assert shown()["copied_events"] == 2
+    copy = Path(copy_file(str(shep_home), url))
+    legacy = shep_home / "shared-cache.db"
+    copy.rename(legacy)
+    (shep_home / f"{copy.stem}.written").rename(shep_home / "shared-cache.written")
+    rows = server_rows(url)
+
+    own_pg_server.kill()  # what the home shows now, it read from the older copy
+    away = shep("status", "--json")
+    assert away.returncode == 0, away.stderr
+    assert away.stdout == "[]\n"
+    assert f"Cannot reach the shared store at {where(url)}" in away.stderr
+    assert "Showing this machine's copy of the log (copied " in away.stderr
+    assert away.stderr.rstrip().endswith(", 2 events).")
+    assert sorted(p.name for p in shep_home.glob("shared-cache*")) == sorted(
+        [copy.name, f"{copy.stem}.written"]
+    )
+    conn = apsw.Connection(str(copy))
+    try:
+        copied = conn.execute("SELECT notification_id, chain_hash FROM stored_events").fetchall()
+    finally:
+        conn.close()
+    assert [(int(n), bytes(h)) for n, h in copied] == [(row[0], row[5]) for row in rows]
+
+    # A copy of another store is not taken: left as it is, and this store's copy made anew.
+    own_pg_server.revive()
+    copy.rename(legacy)
+    on_other = shown({"SHEP_DATABASE_URL": other})
+    assert (on_other["copy"], on_other["copied_events"]) == (copy_file(str(shep_home), other), 0)
+    assert legacy.exists()
+    assert not copy.exists()

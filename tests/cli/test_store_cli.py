@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 from events.audit import open_log, verify_chain
 from events.postgres_verify import verify_pg_chain
+from projections.mirror import copy_file
 from tests.shep.runs.conftest import agent_log, fake_claude, repo
 from tests.support.cli import shep
 from tests.support.postgres_server import PostgresServer
@@ -217,7 +219,8 @@ def test_a_tampered_server_and_another_store_are_refused(
     monkeypatch.setenv("SHEP_DATABASE_URL", first)
     assert shep("status", "--json", check=True).stdout.strip() == "[]"  # the copy is made
 
-    # Pointed at another store, the copy is not continued from it.
+    # The first store's copy put where the other's would be: not continued from the other.
+    shutil.copyfile(copy_file(str(shep_home), first), copy_file(str(shep_home), other))
     refused = shep("status", env={"SHEP_DATABASE_URL": other})
     assert "was made from another store" in one_error_line(refused)
 

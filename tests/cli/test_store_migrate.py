@@ -32,6 +32,7 @@ from events.postgres_verify import verify_pg_chain
 from events.runs import RunCreated
 from events.settings import SETTINGS_STREAM_ID, SettingChanged
 from events.store import EventStore
+from projections.mirror import copy_file
 from tests.support.cli import shep
 from tests.support.postgres_server import PostgresServer
 
@@ -221,7 +222,7 @@ def test_the_home_reads_the_migrated_runs_from_the_shared_store(
     assert pointed.returncode == 0, pointed.stderr
     assert pointed.stdout.splitlines() == [
         f"store: shared PostgreSQL {pg_url} (from shep settings store)",
-        f"copy: {shep_home / 'shared-cache.db'} ({count} events)",
+        f"copy: {copy_file(str(shep_home), pg_url)} ({count} events)",
     ]
 
     status_after = shep("status", "--json")
@@ -349,7 +350,7 @@ def test_a_target_that_is_not_postgresql_is_one_line(
     assert one_error_line(result) == f"Not a PostgreSQL URL: {expected} (postgresql://...)."
     assert "Hidden-77" not in result.stdout + result.stderr
     assert not (shep_home / "store").exists()
-    assert not (shep_home / "shared-cache.db").exists()
+    assert not list(shep_home.glob("shared-cache*"))
 
 
 @pytest.mark.slow
@@ -362,7 +363,7 @@ def test_an_unreachable_server_is_one_line_and_nothing_is_saved(
     assert line.startswith(f"Cannot reach the shared store at 127.0.0.1:{port}/team (")
     assert line.endswith("Check that the server is up and reachable.")
     assert not (shep_home / "store").exists()
-    assert not (shep_home / "shared-cache.db").exists()
+    assert not list(shep_home.glob("shared-cache*"))
     assert sqlite_rows(shep_home / "shep.db") == small_log
 
 

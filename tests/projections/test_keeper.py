@@ -31,6 +31,7 @@ from events.postgres_url import where
 from events.sqlite_file import connect
 from events.store import EventStore
 from projections import keeper
+from projections.mirror import copy_file
 from projections.tables import VERSIONS_TABLE
 from tests.shep.runs.test_background_recovery import wait_for
 from tests.support.cli import shep
@@ -82,7 +83,7 @@ def waiting_run(store: EventStore) -> UUID:
 
 
 def copy_of(home: Path) -> str:
-    return str(home / "shared-cache.db")
+    return copy_file(str(home), os.environ["SHEP_DATABASE_URL"])
 
 
 def is_kept(home: Path) -> bool:
@@ -318,14 +319,14 @@ def test_a_keeper_of_another_store_is_not_trusted(
     on_shared: str, kept_home: Keeper, pg_server: PostgresServer, shep_home: Path
 ) -> None:
     """The home is pointed at another store while its keeper keeps the copy of the first:
-    reads do not take that copy for the new store's (they ask the new server, which says
-    the copy is another store's)."""
+    reads go to the other store's own copy (asking its server, psycopg imported) and show
+    its runs, not the first's; the first store's keeper goes on keeping its copy."""
     with EventStore(on_shared) as store:
-        run_id = waiting_run(store)
-    wait_for(lambda: run_id.hex[:8] in probe("status")[0], what="the run in the copy")
+        first_run = waiting_run(store)
+    wait_for(lambda: first_run.hex[:8] in probe("status")[0], what="the run in the copy")
     other = pg_server.database()
     with EventStore(other) as store:
-        waiting_run(store)
+        other_run = waiting_run(store)
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, "status"],
         capture_output=True,
@@ -334,5 +335,10 @@ def test_a_keeper_of_another_store_is_not_trusted(
         env={**os.environ, "SHEP_DATABASE_URL": other},
         timeout=60,
     )
-    assert "was made from another store than" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert other_run.hex[:8] in result.stdout
+    assert first_run.hex[:8] not in result.stdout
     assert "PSYCOPG=True" in result.stderr
+    assert copy_file(str(shep_home), other) != copy_of(shep_home)
+    assert keeper.keeper_holds(copy_of(shep_home))
+    assert not keeper.keeper_holds(copy_file(str(shep_home), other))

@@ -1,11 +1,14 @@
-"""A home's copy of the shared log (``shared-cache.db``), as ``projections.mirror`` keeps it.
+"""A home's copy of the shared log (``shared-cache-<store>.db``), as ``projections.mirror``
+keeps it.
 
-Two homes on one database copy what is appended, position for position, in
-batches. Nothing is taken on trust: a copy whose head was edited, or that was
-made from another store, is not continued; server rows whose hashes do not
-follow are not copied (not even those before the bad one); a row edited below
-the copy's head is caught by ``shep audit verify``. With the server
-unreachable, status and logs read the copy and say, in one line, how old it is.
+Two homes on one database copy what is appended, position for position, in batches. Each
+store has a copy of its own: a home pointed at another store reads that store's copy,
+and an older shep's ``shared-cache.db`` is taken over when it is a copy of the store.
+Nothing is taken on trust: a copy whose head was edited, or that was made from another
+store (one recreated at the same address), is not continued; server rows whose hashes do
+not follow are not copied (not even those before the bad one); a row edited below the
+copy's head is caught by ``shep audit verify``. With the server unreachable, status and
+logs read the copy and say, in one line, how old it is.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def copies(tmp_path: Path) -> Iterator[dict[str, apsw.Connection]]:
     for name in ("laptop", "buildbox"):
         home = tmp_path / name
         home.mkdir(mode=0o700)
-        opened[name] = open_database(home / "shared-cache.db")
+        opened[name] = open_database(home / "shared-cache-test.db")
     yield opened
     for conn in opened.values():
         conn.close()
@@ -127,8 +130,9 @@ def test_a_home_sees_what_another_home_appended(tmp_path: Path, pg_url: str) -> 
 
     values = json.loads(shep("settings", "show", "--json", env=buildbox, check=True).stdout)
     assert values["heartbeat_interval"] == 9.0
-    copy = tmp_path / "buildbox" / "shared-cache.db"
-    conn = apsw.Connection(str(copy))
+    shep("status", env=buildbox, check=True)  # a read: the copy takes what is new
+    copy = mirror.copy_file(str(tmp_path / "buildbox"), pg_url)
+    conn = apsw.Connection(copy)
     try:
         assert copy_rows(conn) == server_rows(pg_url)
     finally:
@@ -151,7 +155,7 @@ def test_a_copy_whose_head_was_edited_is_not_continued(
         mirror.pull(conn, pg_url)
     assert type(caught.value) is StoreError
     assert str(caught.value) == (
-        f"This home's copy of the log (shared-cache.db, 3 events) was made from another "
+        f"This home's copy of the log (shared-cache-test.db, 3 events) was made from another "
         f"store than {where(pg_url)}. Move it aside; the next command copies the log anew."
     )
     assert [row[0] for row in copy_rows(conn)] == [1, 2, 3]
@@ -164,7 +168,8 @@ def test_a_row_edited_below_the_copy_s_head_is_caught_by_audit_verify(
     env = home_env(home, pg_url)
     for value in ("5", "6", "7"):
         shep("settings", "set", "heartbeat_interval", value, env=env, check=True)
-    conn = apsw.Connection(str(home / "shared-cache.db"))
+    shep("status", env=env, check=True)  # a read: the copy takes what is new
+    conn = apsw.Connection(mirror.copy_file(str(home), pg_url))
     try:
         edit_copy(
             conn,
@@ -218,13 +223,23 @@ def test_a_copy_is_not_continued_from_another_store(
         assert where(other) in str(caught.value)
         assert copy_rows(conn) == server_rows(first)
 
-    # The same through the CLI, for a home whose copy came from the first store.
+    # Through the CLI a home keeps one copy per store: pointed at another store, it reads
+    # that store's copy; only a store recreated at the same address is another log.
     home = tmp_path / "cli-home"
     shep("status", env=home_env(home, first), check=True)
-    refused = shep("status", "--json", env=home_env(home, longer))
+    on_longer = shep("status", "--json", env=home_env(home, longer), check=True).stdout
+    assert on_longer == shep("status", "--json", env=home_env(tmp_path / "new", longer)).stdout
+    assert on_longer != shep("status", "--json", env=home_env(home, first)).stdout
+    name = first.rsplit("/", 1)[1]
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    assert pg_server.database(name) == first
+    append(first, 4)
+    refused = shep("status", "--json", env=home_env(home, first))
+    copy = Path(mirror.copy_file(str(home), first))
     assert one_error_line(refused) == (
-        f"This home's copy of the log (shared-cache.db, 3 events) was made from another "
-        f"store than {where(longer)}. Move it aside; the next command copies the log anew."
+        f"This home's copy of the log ({copy.name}, 3 events) was made from another "
+        f"store than {where(first)}. Move it aside; the next command copies the log anew."
     )
     assert refused.stdout == ""
 
@@ -241,8 +256,9 @@ def test_a_copy_is_not_shown_as_a_database_that_has_no_log_yet(
 
 
 def test_with_the_server_unreachable_status_and_logs_read_the_copy(
-    tmp_path: Path, shep_home: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, shep_home: Path, own_pg_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pg_url = own_pg_server.database()
     monkeypatch.setenv("SHEP_DEMO_DELAY", "0")
     monkeypatch.setenv("SHEP_DATABASE_URL", pg_url)
     repo = tmp_path / "repo"
@@ -255,10 +271,10 @@ def test_with_the_server_unreachable_status_and_logs_read_the_copy(
     logs = shep("logs", run_id[:8], check=True).stdout
     events = verify_pg_chain(pg_url).events
 
-    port = closed_port()
-    away = {"SHEP_DATABASE_URL": f"postgresql://shep@127.0.0.1:{port}/team"}
+    own_pg_server.kill()
+    away: dict[str, str] = {}
     notice = re.compile(
-        rf"shep: Cannot reach the shared store at 127\.0\.0\.1:{port}/team \(.+\)\. "
+        rf"shep: Cannot reach the shared store at {re.escape(where(pg_url))} \(.+\)\. "
         r"Check that the server is up and reachable\. "
         rf"Showing this machine's copy of the log \(copied \d+s ago, {events} events\)\."
     )

@@ -53,7 +53,7 @@ def fresh_mirror(monkeypatch: pytest.MonkeyPatch) -> None:
 def _copy(tmp_path: Path) -> apsw.Connection:
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    return open_database(home / "shared-cache.db")
+    return open_database(home / "shared-cache-test.db")
 
 
 def test_appends_on_the_server_wake_a_follower_of_the_copy(pg_url: str, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 from pathlib import Path
 
 import apsw
@@ -18,6 +19,7 @@ import pytest
 
 from events.postgres_url import where
 from events.postgres_verify import verify_pg_chain
+from projections.mirror import copy_file
 from shep.audit.verify import verify_store
 from tests.cli.test_store_migrate import closed_port, one_error_line
 from tests.projections.test_mirror import edit_copy, home_env
@@ -91,7 +93,7 @@ def test_a_copy_edited_below_its_head_fails_on_the_page_as_in_the_cli(
     set_values(home_env(buildbox, pg_url), "7")
     server = serve(buildbox, pg_url)
     try:
-        conn = apsw.Connection(str(buildbox / "shared-cache.db"))
+        conn = apsw.Connection(copy_file(str(buildbox), pg_url))
         try:
             edit_copy(
                 conn,
@@ -123,7 +125,9 @@ def test_a_copy_made_from_another_store_differs_and_both_faces_say_where(
     laptop, buildbox = tmp_path / "laptop", tmp_path / "buildbox"
     set_values(home_env(laptop, pg_url), "5", "6", "7")
     set_values(home_env(buildbox, other_url), "8", "9")
-    copy = str(buildbox / "shared-cache.db")
+    # The other store's copy, put where this store's copy of the build box would be.
+    copy = copy_file(str(buildbox), pg_url)
+    shutil.copyfile(copy_file(str(buildbox), other_url), copy)
 
     result = verify_store(copy, pg_url)
     assert not result.ok
@@ -147,7 +151,7 @@ def test_with_the_server_gone_the_copy_alone_verifies_and_says_so(
     says the server could not be reached, and still proves an anchor against the copy."""
     home = tmp_path / "laptop"
     set_values(home_env(home, pg_url), "5", "6", "7")
-    copy = str(home / "shared-cache.db")
+    copy = copy_file(str(home), pg_url)
     online = verify_store(copy, pg_url, anchor_position=2)
     gone = f"postgresql://shep@127.0.0.1:{closed_port()}/shep"
 

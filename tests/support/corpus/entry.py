@@ -172,10 +172,8 @@ def settle(root: Path, timeout: float = 180) -> None:
     """Wait until no process of the world runs. Workers, agents and the supervisor end by
     themselves; the keeper of a shared home's copy lingers after the last read, so it is
     told to go as a person would: its file removed (it leaves within a heartbeat)."""
-    from projections.keeper import lock_path
-    from shep.home.runtime import SHARED_COPY
-
-    Path(lock_path(str(root / "home" / SHARED_COPY))).unlink(missing_ok=True)
+    for lock in (root / "home").glob("shared-cache*.keeper"):
+        lock.unlink(missing_ok=True)
     wait_for(lambda: not _processes(root), "the world's processes to end", timeout)
 
 

@@ -15,6 +15,7 @@ import sys
 from types import ModuleType
 
 from events.run_status import RunStatus
+from projections.mirror import copy_name
 from shep.cli.docgen.reference import CLONE
 from shep.cli.docgen.scenarios import sample_repo
 from shep.cli.docgen.scratch import Scratch, Transcript
@@ -55,6 +56,8 @@ def _play(s: Scratch, out: Transcript, server: object) -> None:
     port = server.port  # type: ignore[attr-defined]
     # libpq's messages name the port too ("port 45267 failed").
     s.shown_as += [(f"127.0.0.1:{port}", "127.0.0.1:5432"), (f"port {port} ", "port 5432 ")]
+    # A home's copy is named after the store: the name of the store shown, not of this one.
+    s.shown_as += [(copy_name(url), copy_name(url.replace(f":{port}/", ":5432/")))]
     s.env["SHEP_DEMO_DELAY"] = "0.05"
     inventory = sample_repo(s, s.root / "inventory")
     laptop = {"SHEP_HOME": str(s.root / "laptop"), "SHEP_HOST": "laptop"}

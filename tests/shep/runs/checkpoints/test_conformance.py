@@ -18,7 +18,7 @@ from langgraph.checkpoint.conformance.capabilities import (
 )
 
 from events.store import EventStore
-from projections.mirror import register
+from projections.mirror import copy_file, register
 from shep.runs.checkpoints import EventStoreCheckpointSaver
 
 IMPLEMENTED_EXTENDED = {"delete_for_runs", "copy_thread", "prune"}
@@ -32,7 +32,7 @@ def backend(request: pytest.FixtureRequest, db_path: Path) -> Iterator[tuple[Eve
             yield store, db_path
         return
     url = request.getfixturevalue("pg_url")
-    copy = db_path.with_name("shared-cache.db")
+    copy = Path(copy_file(str(db_path.parent), url))
     register(str(copy), url)
     with EventStore(url) as store:
         yield store, copy
