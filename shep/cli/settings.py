@@ -284,9 +284,9 @@ def _warn_if_not_found(command: str) -> None:
 @click.pass_obj
 def show(runtime: Runtime, as_json: bool) -> None:
     """Show the configured agent and settings. The token is masked."""
-    from shep.home.settings import load_settings
+    from shep.home.settings import read_settings
 
-    current = load_settings(runtime.store())
+    current = read_settings(runtime.read_db())
     values = current.every()
     _warn_skipped(current, SETTINGS)
     agent = {
@@ -344,10 +344,10 @@ def flags(ctx: click.Context, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from events.setting_values import FEATURE_FLAGS
-    from shep.home.settings import load_settings
+    from shep.home.settings import read_settings
 
     runtime: Runtime = ctx.obj
-    current = load_settings(runtime.store()) if runtime.has_store() else None
+    current = read_settings(runtime.read_db()) if runtime.has_store() else None
     rows = [
         {
             "name": name,
@@ -472,15 +472,16 @@ def workflow(
     option is recorded as `shep settings set` records it, with the same checks;
     all of them are checked first, so a bad one records none of them.
     """
-    from shep.home.settings import load_settings
+    from shep.home.settings import load_settings, read_settings
 
-    store = runtime.store()
-    current = load_settings(store)
     changes = _workflow_changes(allow_all, options)
     if not changes:
-        _warn_skipped(current, WORKFLOW_SETTINGS)
-        _print_workflow(current.every(), as_json)
+        shown = read_settings(runtime.read_db())
+        _warn_skipped(shown, WORKFLOW_SETTINGS)
+        _print_workflow(shown.every(), as_json)
         return
+    store = runtime.store()
+    current = load_settings(store)
     from commands.configure_agent import change_setting
     from shep.home.identity import current_actor
 

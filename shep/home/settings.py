@@ -66,19 +66,33 @@ class Settings:
 
 def load_settings(store: EventStore) -> Settings:
     """Fold the settings stream. A recorded value that breaks the rules is skipped, never raised."""
-    settings = Settings()
+    agent: AgentConfigured | None = None
     changes: list[tuple[str, str]] = []
     for event in store.load(SETTINGS_STREAM_ID):
         if isinstance(event, AgentConfigured):
-            settings.agent_type = event.agent_type
-            settings.auth_method = event.auth_method
-            settings.model = event.model
-            settings.binary = event.binary
-            settings.binary_version = event.binary_version
-            settings.token_configured = event.token_configured
+            agent = event
         elif isinstance(event, SettingChanged):
             changes.append((event.key, event.value))
-    folded = fold_values(changes)
+    return _settings(agent, fold_values(changes))
+
+
+def read_settings(conn: apsw.Connection) -> Settings:
+    """What ``load_settings`` folds, read from the read side's database with the cheap
+    readers: on a shared store that is this home's copy, so the settings show while the
+    server is away, as status does."""
+    return _settings(read_agent_configured(conn), read_setting_values(conn))
+
+
+def _settings(agent: AgentConfigured | None, folded: SettingValues) -> Settings:
+    """The settings of the last agent configured and of the folded plain settings."""
+    settings = Settings()
+    if agent is not None:
+        settings.agent_type = agent.agent_type
+        settings.auth_method = agent.auth_method
+        settings.model = agent.model
+        settings.binary = agent.binary
+        settings.binary_version = agent.binary_version
+        settings.token_configured = agent.token_configured
     settings.values = folded.values
     settings.flags = folded.flags
     settings.texts = folded.texts

@@ -10,6 +10,7 @@ URL (an empty one does not count).
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -317,3 +318,32 @@ def test_an_older_shep_s_copy_of_the_store_is_taken_over(
     assert (on_other["copy"], on_other["copied_events"]) == (copy_file(str(shep_home), other), 0)
     assert legacy.exists()
     assert not copy.exists()
+
+
+def test_settings_show_with_the_server_away(shep_home: Path, own_pg_server: PostgresServer) -> None:
+    """With the shared store away, `shep settings show`, `flags` and `workflow` read this
+    home's copy, as status does: the values recorded on the server last copied, and one
+    line saying the server is away (they failed with that line before)."""
+    url = own_pg_server.database()
+    shep("settings", "store", "--url", url, check=True)
+    shep("settings", "agent", "--agent", "demo", check=True)
+    shep("settings", "set", "heartbeat_interval", "7", check=True)
+    shep("settings", "flags", "enable", "collaboration", check=True)
+    online = {
+        args: shep("settings", *args, check=True).stdout
+        for args in (("show", "--json"), ("flags", "--json"), ("workflow", "--json"))
+    }
+    assert json.loads(online["show", "--json"])["heartbeat_interval"] == 7.0
+    assert json.loads(online["show", "--json"])["agent_type"] == "demo"
+
+    own_pg_server.kill()
+    for args, before in online.items():
+        away = shep("settings", *args)
+        assert away.returncode == 0, away.stderr
+        assert away.stdout == before
+        assert len(away.stderr.splitlines()) == 1
+        assert away.stderr.startswith(f"shep: Cannot reach the shared store at {where(url)} (")
+        assert re.search(
+            r"Showing this machine's copy of the log \(copied \d+s ago, 3 events\)\.\n$",
+            away.stderr,
+        )
