@@ -22,11 +22,13 @@ Row = dict[str, Any]
 _decode = msgspec.json.Decoder(list[dict[str, Any]]).decode
 _WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
 _ITEM_COLUMNS = (
-    "i.item_id, i.kind, i.run_id, r.workflow, r.repo, i.node, i.iteration, i.prompt, "
+    "i.item_id, i.kind, i.run_id, i.workflow, i.repo, i.node, i.iteration, i.prompt, "
     "i.context, i.options, i.free_text, i.phase, i.artifacts, i.deadline, i.status, "
     "i.answer, i.option_id, i.actor, i.rationale, i.asked_at, i.answered_at, i.supervisor, "
     "i.votes"
 )
+#: Items of a run the log holds (the others have no workflow; no list shows them).
+_OF_A_RUN = "i.workflow IS NOT NULL"
 
 
 def _rows(cursor: apsw.Cursor) -> list[Row]:
@@ -43,17 +45,18 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
 def list_inbox(
     conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
 ) -> list[Row]:
-    """Every pending item, oldest first, with its run's workflow and repository."""
-    where, params = ["i.status=?"], [ItemStatus.PENDING.value]
+    """Every pending item, oldest first, with its run's workflow and repository: one read of
+    the inbox's index in this order (the items hold their run's workflow and repository)."""
+    where, params = ["i.status=?", _OF_A_RUN], [ItemStatus.PENDING.value]
     if repo is not None:
-        where.append("r.repo=?")
+        where.append("i.repo=?")
         params.append(repo)
     if run_id is not None:
         where.append("i.run_id=?")
         params.append(run_id)
     return _rows(
         conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i "
             f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id",
             params,
         )
@@ -64,8 +67,7 @@ def get_item(conn: apsw.Connection, item_id: str) -> Row | None:
     """One item, pending or decided."""
     rows = _rows(
         conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            "WHERE i.item_id=?",
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i WHERE i.item_id=? AND {_OF_A_RUN}",
             (item_id,),
         )
     )
@@ -160,8 +162,8 @@ def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:
     """Pending questions whose deadline (ISO UTC) is before ``now``."""
     return _rows(
         conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            "WHERE i.status=? AND i.kind=? AND i.deadline IS NOT NULL "
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i "
+            f"WHERE i.status=? AND {_OF_A_RUN} AND i.kind=? AND i.deadline IS NOT NULL "
             "AND i.deadline < ? ORDER BY i.deadline",
             (ItemStatus.PENDING.value, ItemKind.QUESTION.value, now),
         )

@@ -1,0 +1,104 @@
+"""The inbox's pending list: one indexed read of the inbox, its items holding their run's
+workflow and repository (issue 22: `shep inbox` read the runs table for every item)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from events.store import EventStore
+from projections.catch_up import catch_up, rebuild
+from projections.database import open_database
+from projections.inbox_queries import get_item, list_inbox
+from projections.tables import VERSIONS_TABLE
+from tests.support.store_items import ask_on_new_run, gate, question
+
+
+def _runs_on_repos(store: EventStore, conn: apsw.Connection, tmp_path: Path) -> None:
+    """Runs on three repositories, waiting on questions and gates; some folded before
+    their items are asked (in another catch-up), some in the same one."""
+    for n in range(6):
+        ask_on_new_run(store, tmp_path / f"repo-{n % 3}", [question(f"q{n}"), gate(f"g{n}")],
+                       resumed=False)  # fmt: skip
+        if n % 2:
+            catch_up(conn)
+    catch_up(conn)
+
+
+def _planned(conn: apsw.Connection, call: Any) -> list[str]:
+    """The query plan of each statement ``call`` runs on ``conn``."""
+    statements: list[tuple[str, Any]] = []
+
+    def trace(cursor: apsw.Cursor, sql: str, bindings: Any) -> bool:
+        statements.append((sql, bindings))
+        return True
+
+    conn.exec_trace = trace
+    try:
+        call()
+    finally:
+        conn.exec_trace = None
+    return [
+        str(row[3])
+        for sql, bindings in statements
+        for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", bindings)
+    ]
+
+
+def test_the_pending_list_is_one_indexed_read_of_the_inbox(
+    store: EventStore, db_path: Path, tmp_path: Path
+) -> None:
+    """Listing the pending items reads the inbox's index in the list's order: no join with
+    the runs table, no sort of the items afterwards."""
+    conn = open_database(db_path)
+    _runs_on_repos(store, conn, tmp_path)
+    plan = _planned(conn, lambda: list_inbox(conn))
+    assert plan == ["SEARCH i USING INDEX inbox_status (status=?)"], plan
+    conn.close()
+
+
+def test_items_hold_their_runs_workflow_and_repository(
+    store: EventStore, db_path: Path, tmp_path: Path
+) -> None:
+    """Each item, listed, got one by id, or filtered by repository, says its run's workflow
+    and repository as the runs projection has them; a rebuild from the log gives the same."""
+    conn = open_database(db_path)
+    _runs_on_repos(store, conn, tmp_path)
+    runs = {
+        str(run_id): (str(workflow), str(repo))
+        for run_id, workflow, repo in conn.execute("SELECT run_id, workflow, repo FROM runs")
+    }
+    items = list_inbox(conn)
+    assert len(items) == 12
+    assert {(i["workflow"], i["repo"]) for i in items} == set(runs.values())
+    for item in items:
+        assert (item["workflow"], item["repo"]) == runs[item["run_id"]]
+        assert get_item(conn, item["item_id"]) == item
+    repo = str(tmp_path / "repo-1")
+    assert list_inbox(conn, repo=repo) == [i for i in items if i["repo"] == repo]
+    rebuild(conn)
+    assert list_inbox(conn) == items
+    conn.close()
+
+
+def test_an_inbox_built_by_the_previous_version_is_rebuilt_with_the_runs_places(
+    store: EventStore, db_path: Path, tmp_path: Path
+) -> None:
+    """A store whose inbox was built by version 3 (no workflow or repository on its items,
+    no table of runs' places, the index without the items' ids) is rebuilt on open and
+    lists the same items as before."""
+    conn = open_database(db_path)
+    _runs_on_repos(store, conn, tmp_path)
+    expected = list_inbox(conn)
+    conn.execute("DROP TABLE inbox_runs")
+    conn.execute("DROP INDEX inbox_status")
+    conn.execute("ALTER TABLE inbox DROP COLUMN workflow")
+    conn.execute("ALTER TABLE inbox DROP COLUMN repo")
+    conn.execute("CREATE INDEX inbox_status ON inbox (status, asked_at)")
+    conn.execute(f"UPDATE {VERSIONS_TABLE} SET version = 3 WHERE name = 'inbox'")
+    conn.close()
+    conn = open_database(db_path)
+    assert list_inbox(conn) == expected
+    conn.close()
