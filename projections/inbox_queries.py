@@ -21,6 +21,14 @@ Row = dict[str, Any]
 
 _decode = msgspec.json.Decoder(list[dict[str, Any]]).decode
 _WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
+#: What a listing of pending items says of each (`shep inbox --json`), in this order.
+PUBLIC_FIELDS = (
+    "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
+    "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
+    "supervisor", "votes",
+)  # fmt: skip
+_PUBLIC_COLUMNS = ", ".join(f"i.{name}" for name in PUBLIC_FIELDS)
+#: Every field of an item: the public ones and its decision's.
 _ITEM_COLUMNS = (
     "i.item_id, i.kind, i.run_id, i.workflow, i.repo, i.node, i.iteration, i.prompt, "
     "i.context, i.options, i.free_text, i.phase, i.artifacts, i.deadline, i.status, "
@@ -43,10 +51,17 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
 
 
 def list_inbox(
-    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
+    conn: apsw.Connection,
+    *,
+    repo: str | None = None,
+    run_id: str | None = None,
+    public: bool = False,
 ) -> list[Row]:
     """Every pending item, oldest first, with its run's workflow and repository: one read of
-    the inbox's index in this order (the items hold their run's workflow and repository)."""
+    the inbox's index in this order (the items hold their run's workflow and repository).
+
+    ``public``: only ``PUBLIC_FIELDS``, in their order (what `shep inbox --json` prints).
+    """
     where, params = ["i.status=?", _OF_A_RUN], [ItemStatus.PENDING.value]
     if repo is not None:
         where.append("i.repo=?")
@@ -56,7 +71,7 @@ def list_inbox(
         params.append(run_id)
     return _rows(
         conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i "
+            f"SELECT {_PUBLIC_COLUMNS if public else _ITEM_COLUMNS} FROM inbox i "
             f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id",
             params,
         )

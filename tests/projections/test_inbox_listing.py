@@ -3,6 +3,7 @@ workflow and repository (issue 22: `shep inbox` read the runs table for every it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
 from projections.inbox_queries import get_item, list_inbox
 from projections.tables import VERSIONS_TABLE
+from tests.support.cli import shep
 from tests.support.store_items import ask_on_new_run, gate, question
 
 
@@ -20,8 +22,8 @@ def _runs_on_repos(store: EventStore, conn: apsw.Connection, tmp_path: Path) -> 
     """Runs on three repositories, waiting on questions and gates; some folded before
     their items are asked (in another catch-up), some in the same one."""
     for n in range(6):
-        ask_on_new_run(store, tmp_path / f"repo-{n % 3}", [question(f"q{n}"), gate(f"g{n}")],
-                       resumed=False)  # fmt: skip
+        asks = [question(f"q{n}"), gate(f"g{n}")]
+        ask_on_new_run(store, tmp_path / f"repo-{n % 3}", asks, resumed=False)
         if n % 2:
             catch_up(conn)
     catch_up(conn)
@@ -102,3 +104,31 @@ def test_an_inbox_built_by_the_previous_version_is_rebuilt_with_the_runs_places(
     conn = open_database(db_path)
     assert list_inbox(conn) == expected
     conn.close()
+
+
+def test_inbox_json_says_the_same_fields_in_the_same_order(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """`shep inbox --json` prints each pending item with the fields it printed before the
+    listing read them from the inbox alone, in that order, each with its value."""
+    asks = [question("q"), gate("g")]
+    run, (asked, gated) = ask_on_new_run(store, tmp_path / "repo", asks, resumed=False)
+    items = json.loads(shep("inbox", "--json", check=True).stdout, object_pairs_hook=list)
+    fields = (
+        "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
+        "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
+        "supervisor", "votes",
+    )  # fmt: skip
+    assert [tuple(key for key, _ in item) for item in items] == [fields, fields]
+    by_id = {dict(item)["item_id"]: dict(item) for item in items}
+    assert by_id[asked.hex]["kind"] == "question"
+    assert by_id[gated.hex]["kind"] == "approval"
+    for item in by_id.values():
+        assert item["run_id"] == run.hex
+        assert item["workflow"] == "gated-review"
+        assert item["repo"] == str(tmp_path / "repo")
+        assert item["supervisor"] is None
+        assert item["votes"] == []
+    assert by_id[asked.hex]["free_text"] is True
+    assert [dict(o)["id"] for o in by_id[asked.hex]["options"]] == ["small", "large"]
+    assert [dict(a)["path"] for a in by_id[gated.hex]["artifacts"]] == ["shep-review.md"]
