@@ -21,13 +21,31 @@ Row = dict[str, Any]
 
 _decode = msgspec.json.Decoder(list[dict[str, Any]]).decode
 _WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
-#: What a listing of pending items says of each (`shep inbox --json`), in this order.
-PUBLIC_FIELDS = (
-    "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
-    "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
-    "supervisor", "votes",
-)  # fmt: skip
-_PUBLIC_COLUMNS = ", ".join(f"i.{name}" for name in PUBLIC_FIELDS)
+
+
+class ListedItem(msgspec.Struct):
+    """A pending item as a listing shows it (`shep inbox --json`): its fields, in order."""
+
+    item_id: str
+    kind: str
+    run_id: str
+    workflow: str
+    repo: str
+    node: str
+    iteration: int
+    prompt: str
+    context: str
+    options: list[dict[str, Any]]
+    free_text: bool
+    phase: str | None
+    artifacts: list[dict[str, Any]]
+    deadline: str | None
+    asked_at: str
+    supervisor: dict[str, Any] | None
+    votes: list[str]
+
+
+_LISTED_COLUMNS = ", ".join(f"i.{name}" for name in ListedItem.__struct_fields__)
 #: Every field of an item: the public ones and its decision's.
 _ITEM_COLUMNS = (
     "i.item_id, i.kind, i.run_id, i.workflow, i.repo, i.node, i.iteration, i.prompt, "
@@ -50,18 +68,10 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
     return rows
 
 
-def list_inbox(
-    conn: apsw.Connection,
-    *,
-    repo: str | None = None,
-    run_id: str | None = None,
-    public: bool = False,
-) -> list[Row]:
-    """Every pending item, oldest first, with its run's workflow and repository: one read of
-    the inbox's index in this order (the items hold their run's workflow and repository).
-
-    ``public``: only ``PUBLIC_FIELDS``, in their order (what `shep inbox --json` prints).
-    """
+def _pending(repo: str | None, run_id: str | None) -> tuple[str, list[str]]:
+    """The WHERE and ORDER BY of the pending items (of ``repo``, of ``run_id``), oldest
+    first: a read of the inbox's index in this order (items hold their run's workflow and
+    repository), and its parameters."""
     where, params = ["i.status=?", _OF_A_RUN], [ItemStatus.PENDING.value]
     if repo is not None:
         where.append("i.repo=?")
@@ -69,13 +79,64 @@ def list_inbox(
     if run_id is not None:
         where.append("i.run_id=?")
         params.append(run_id)
-    return _rows(
-        conn.execute(
-            f"SELECT {_PUBLIC_COLUMNS if public else _ITEM_COLUMNS} FROM inbox i "
-            f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id",
-            params,
+    return f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id", params
+
+
+def list_inbox(
+    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
+) -> list[Row]:
+    """Every pending item, oldest first, with its run's workflow and repository."""
+    clauses, params = _pending(repo, run_id)
+    return _rows(conn.execute(f"SELECT {_ITEM_COLUMNS} FROM inbox i {clauses}", params))
+
+
+def list_inbox_items(
+    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
+) -> list[ListedItem]:
+    """``list_inbox`` with only what a listing shows of each item, made straight from the
+    rows (for 1,000 items, a few ms less than dicts of every column)."""
+    clauses, params = _pending(repo, run_id)
+    decode = msgspec.json.decode
+    return [
+        ListedItem(
+            item_id,
+            kind,
+            run,
+            workflow,
+            repo_path,
+            node,
+            iteration,
+            prompt,
+            context,
+            _decode(options),
+            bool(free_text),
+            phase,
+            _decode(artifacts),
+            deadline,
+            asked_at,
+            decode(supervisor) if supervisor else None,
+            decode(votes),
         )
-    )
+        for (
+            item_id,
+            kind,
+            run,
+            workflow,
+            repo_path,
+            node,
+            iteration,
+            prompt,
+            context,
+            options,
+            free_text,
+            phase,
+            artifacts,
+            deadline,
+            asked_at,
+            supervisor,
+            votes,
+        ) in conn.execute(f"SELECT {_LISTED_COLUMNS} FROM inbox i {clauses}", params)
+    ]
 
 
 def get_item(conn: apsw.Connection, item_id: str) -> Row | None:

@@ -36,7 +36,7 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
     On a terminal with no options it is a picker that answers, approves or
     rejects in place.
     """
-    from projections.inbox_queries import list_inbox
+    from projections.inbox_queries import list_inbox, list_inbox_items
     from projections.queries import resolve_run_id
 
     if not runtime.has_store():
@@ -45,10 +45,11 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
     conn = runtime.read_db()
     run_id = resolve_run_id(conn, run_ref) if run_ref else None
     repo_path = str(repo.expanduser().resolve()) if repo else None
-    items = list_inbox(conn, repo=repo_path, run_id=run_id, public=as_json)
     if as_json:
-        click.echo(msgspec.json.format(msgspec.json.encode(items), indent=2))
+        listed = list_inbox_items(conn, repo=repo_path, run_id=run_id)
+        click.echo(msgspec.json.format(msgspec.json.encode(listed), indent=2))
         return
+    items = list_inbox(conn, repo=repo_path, run_id=run_id)
     if not items:
         click.echo("The inbox is empty.")
         return

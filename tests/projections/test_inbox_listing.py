@@ -8,8 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import msgspec
 
+from commands.suspend_run import Ask
+from events.base import utc_now
+from events.inbox import ApprovalVoted, ArtifactRef, QuestionOption
 from events.store import EventStore
+from events.supervisor import SupervisorDecisionMade, supervisor_stream_id
 from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
 from projections.inbox_queries import get_item, list_inbox
@@ -106,29 +111,75 @@ def test_an_inbox_built_by_the_previous_version_is_rebuilt_with_the_runs_places(
     conn.close()
 
 
+#: Text as agents and people write it: quotes, escapes, control characters, any script.
+_TRICKY = 'caf\u00e9 "q" \\ </b>\n\t\x01\x7f \u2028 \U0001f600 \u65e5\u672c'
+
+
 def test_inbox_json_says_the_same_fields_in_the_same_order(
-    store: EventStore, tmp_path: Path
+    store: EventStore, db_path: Path, tmp_path: Path
 ) -> None:
     """`shep inbox --json` prints each pending item with the fields it printed before the
-    listing read them from the inbox alone, in that order, each with its value."""
-    asks = [question("q"), gate("g")]
-    run, (asked, gated) = ask_on_new_run(store, tmp_path / "repo", asks, resumed=False)
-    items = json.loads(shep("inbox", "--json", check=True).stdout, object_pairs_hook=list)
+    listing was made straight from the inbox's rows, in that order, byte for byte as the
+    dicts of every column cut to those fields printed them: with a supervisor's note, a
+    vote, and text of every kind in the prompt, the options, the artifacts and the note."""
+    tricky_question = Ask(
+        interrupt_id="q",
+        kind="question",
+        node="scope",
+        question=_TRICKY,
+        context=_TRICKY,
+        options=[QuestionOption(id="x", label=_TRICKY, description=_TRICKY, recommended=True)],
+    )
+    tricky_gate = Ask(
+        interrupt_id="g",
+        kind="approval",
+        node="approve",
+        summary=_TRICKY,
+        phase="draft",
+        artifacts=[ArtifactRef(path=_TRICKY, sha256="0" * 64)],
+    )
+    repo = tmp_path / _TRICKY.replace("/", "_")
+    run, (asked, gated, _) = ask_on_new_run(
+        store, repo, [tricky_question, tricky_gate, question("plain")], resumed=False
+    )
+    now = utc_now()
+    store.append(
+        [
+            SupervisorDecisionMade(
+                originator_id=supervisor_stream_id(run),
+                originator_version=1,
+                timestamp=now,
+                run_id=run,
+                subject_id=gated,
+                decision="approve",
+                rationale=_TRICKY,
+                policy="cosign",
+                policy_version="1",
+                prompt_version="sup-1",
+                evaluator_agent="demo",
+                cosign_pending=True,
+            ),
+            ApprovalVoted(originator_id=gated, originator_version=2, timestamp=now, actor=_TRICKY),
+        ]
+    )
+    printed = shep("inbox", "--json", check=True).stdout
     fields = (
         "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
         "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
         "supervisor", "votes",
     )  # fmt: skip
-    assert [tuple(key for key, _ in item) for item in items] == [fields, fields]
-    by_id = {dict(item)["item_id"]: dict(item) for item in items}
-    assert by_id[asked.hex]["kind"] == "question"
-    assert by_id[gated.hex]["kind"] == "approval"
-    for item in by_id.values():
-        assert item["run_id"] == run.hex
-        assert item["workflow"] == "gated-review"
-        assert item["repo"] == str(tmp_path / "repo")
-        assert item["supervisor"] is None
-        assert item["votes"] == []
-    assert by_id[asked.hex]["free_text"] is True
-    assert [dict(o)["id"] for o in by_id[asked.hex]["options"]] == ["small", "large"]
-    assert [dict(a)["path"] for a in by_id[gated.hex]["artifacts"]] == ["shep-review.md"]
+    conn = open_database(db_path)
+    items = list_inbox(conn)
+    conn.close()
+    as_before = [{key: item[key] for key in fields} for item in items]
+    assert printed == msgspec.json.format(msgspec.json.encode(as_before), indent=2).decode() + "\n"
+    listed = json.loads(printed, object_pairs_hook=list)
+    assert [tuple(key for key, _ in item) for item in listed] == [fields] * 3
+    by_id = {item["item_id"]: item for item in json.loads(printed)}
+    assert by_id[asked.hex]["prompt"] == _TRICKY
+    assert by_id[asked.hex]["options"][0]["label"] == _TRICKY
+    assert by_id[gated.hex]["artifacts"][0]["path"] == _TRICKY
+    assert by_id[gated.hex]["supervisor"]["rationale"] == _TRICKY
+    assert by_id[gated.hex]["votes"] == [_TRICKY]
+    assert {item["repo"] for item in by_id.values()} == {str(repo)}
+    assert {item["run_id"] for item in by_id.values()} == {run.hex}
