@@ -17,7 +17,7 @@ from events.store import EventStore
 from events.supervisor import SupervisorDecisionMade, supervisor_stream_id
 from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
-from projections.inbox_queries import get_item, list_inbox
+from projections.inbox_queries import get_item, list_inbox, list_inbox_items
 from projections.tables import VERSIONS_TABLE
 from tests.support.cli import shep
 from tests.support.store_items import ask_on_new_run, gate, question
@@ -54,6 +54,10 @@ def _planned(conn: apsw.Connection, call: Any) -> list[str]:
     ]
 
 
+#: The plan of the pending list: the inbox's index, read in the list's order.
+_ONE_READ = "SEARCH i USING INDEX inbox_status (status=?)"
+
+
 def test_the_pending_list_is_one_indexed_read_of_the_inbox(
     store: EventStore, db_path: Path, tmp_path: Path
 ) -> None:
@@ -62,7 +66,9 @@ def test_the_pending_list_is_one_indexed_read_of_the_inbox(
     conn = open_database(db_path)
     _runs_on_repos(store, conn, tmp_path)
     plan = _planned(conn, lambda: list_inbox(conn))
-    assert plan == ["SEARCH i USING INDEX inbox_status (status=?)"], plan
+    assert plan == [_ONE_READ], plan
+    plan = _planned(conn, lambda: list_inbox_items(conn))  # what `shep inbox --json` reads
+    assert plan == [_ONE_READ], plan
     conn.close()
 
 
@@ -108,6 +114,7 @@ def test_an_inbox_built_by_the_previous_version_is_rebuilt_with_the_runs_places(
     conn.close()
     conn = open_database(db_path)
     assert list_inbox(conn) == expected
+    assert _planned(conn, lambda: list_inbox(conn)) == [_ONE_READ]
     conn.close()
 
 
