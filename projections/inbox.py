@@ -4,6 +4,11 @@
 rationale, advice, policy), shown where the user decides; ``votes`` the users
 whose approval waits for the supervisor's co-signature (cosign policies).
 
+``workflow`` and ``repo`` are the run's (from its ``RunCreated``, kept in
+``inbox_runs``), so that listing the pending items is one indexed read of
+this table; they are NULL for an item of a run the log does not hold, which
+no query lists (as a join with the runs would not).
+
 ``awaited`` marks the items the run is suspended on (its latest
 ``RunSuspended``) until a worker resumes it: an awaited item that has a
 decision means the run should be resumed (a decider that died before starting
@@ -24,7 +29,7 @@ from events.inbox import (
     QuestionAsked,
 )
 from events.inbox_status import ItemKind, ItemStatus
-from events.runs import RunCancelled, RunFailed, RunResumed, RunSuspended
+from events.runs import RunCancelled, RunCreated, RunFailed, RunResumed, RunSuspended
 from events.supervisor import SupervisorDecisionMade
 from projections.base import Batch, Projection
 
@@ -36,8 +41,12 @@ DDL = (
     "artifacts TEXT NOT NULL DEFAULT '[]', deadline TEXT, interrupt_id TEXT, "
     "status TEXT NOT NULL, answer TEXT, option_id TEXT, actor TEXT, rationale TEXT, policy TEXT, "
     "asked_at TEXT NOT NULL, answered_at TEXT, awaited INTEGER NOT NULL DEFAULT 0, "
-    "supervisor TEXT, votes TEXT NOT NULL DEFAULT '[]')",
-    "CREATE INDEX IF NOT EXISTS inbox_status ON inbox (status, asked_at)",
+    "supervisor TEXT, votes TEXT NOT NULL DEFAULT '[]', workflow TEXT, repo TEXT)",
+    # The workflow and repository of each run, copied onto its items as they are asked.
+    "CREATE TABLE IF NOT EXISTS inbox_runs ("
+    "run_id TEXT PRIMARY KEY, workflow TEXT NOT NULL, repo TEXT NOT NULL) WITHOUT ROWID",
+    # Pending items oldest first, in the listing's order (ties by id): no sort to read them.
+    "CREATE INDEX IF NOT EXISTS inbox_status ON inbox (status, asked_at, item_id)",
     "CREATE INDEX IF NOT EXISTS inbox_run ON inbox (run_id, asked_at)",
     # Decided items a run is still suspended on: empty but for a moment, checked by every
     # command, so a partial index answers at once however long the inbox's history.
@@ -48,20 +57,42 @@ DDL = (
 )
 
 
+_RUN_INSERT = "INSERT INTO inbox_runs (run_id, workflow, repo) VALUES (?, ?, ?)"
+
+
+def _created(b: Batch, event: Event) -> None:
+    assert isinstance(event, RunCreated)
+    row = (b.stream, event.workflow, event.repo)
+    b.defer(_RUN_INSERT, row)  # written with the batch; known to this batch's items here
+    b.memo[("inbox_run", b.stream)] = row[1:]
+
+
+def _run_of(b: Batch, run_id: str) -> tuple[str | None, str | None]:
+    """The workflow and repository of the run an item is asked in (None: no such run)."""
+    known: tuple[str, str] | None = b.memo.get(("inbox_run", run_id))
+    if known is not None:
+        return known
+    row = b.cursor.execute(
+        "SELECT workflow, repo FROM inbox_runs WHERE run_id=?", (run_id,)
+    ).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
 def _asked(b: Batch, event: Event) -> None:
     assert isinstance(event, QuestionAsked)
     options = [
         {"id": o.id, "label": o.label, "description": o.description, "recommended": o.recommended}
         for o in event.options
     ] or [{"id": c, "label": c, "description": "", "recommended": False} for c in event.choices]
+    run_id = event.run_id.hex
     b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, context, options, "
-        "free_text, deadline, interrupt_id, status, asked_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "free_text, deadline, interrupt_id, status, asked_at, workflow, repo) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             b.stream,
             ItemKind.QUESTION.value,
-            event.run_id.hex,
+            run_id,
             event.node,
             event.iteration,
             event.question,
@@ -72,6 +103,7 @@ def _asked(b: Batch, event: Event) -> None:
             event.interrupt_id,
             ItemStatus.PENDING.value,
             b.at,
+            *_run_of(b, run_id),
         ),
     )
 
@@ -79,14 +111,15 @@ def _asked(b: Batch, event: Event) -> None:
 def _requested(b: Batch, event: Event) -> None:
     assert isinstance(event, ApprovalRequested)
     artifacts = [{"kind": a.kind, "path": a.path, "sha256": a.sha256} for a in event.artifacts]
+    run_id = event.run_id.hex
     b.cursor.execute(
         "INSERT INTO inbox (item_id, kind, run_id, node, iteration, prompt, phase, artifacts, "
-        "free_text, interrupt_id, status, asked_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+        "free_text, interrupt_id, status, asked_at, workflow, repo) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
         (
             b.stream,
             ItemKind.APPROVAL.value,
-            event.run_id.hex,
+            run_id,
             event.node,
             event.iteration,
             event.summary,
@@ -95,6 +128,7 @@ def _requested(b: Batch, event: Event) -> None:
             event.interrupt_id,
             ItemStatus.PENDING.value,
             b.at,
+            *_run_of(b, run_id),
         ),
     )
 
@@ -166,8 +200,9 @@ def _ended(b: Batch, event: Event) -> None:
 INBOX = Projection(
     name="inbox",
     ddl=DDL,
-    tables=("inbox",),
+    tables=("inbox", "inbox_runs"),
     handlers={
+        RunCreated: _created,
         QuestionAsked: _asked,
         ApprovalRequested: _requested,
         QuestionAnswered: _answered,

@@ -21,12 +21,40 @@ Row = dict[str, Any]
 
 _decode = msgspec.json.Decoder(list[dict[str, Any]]).decode
 _WAITING = tuple(sorted(s.value for s in WAITING_STATUSES))
+
+
+class ListedItem(msgspec.Struct):
+    """A pending item as a listing shows it (`shep inbox --json`): its fields, in order."""
+
+    item_id: str
+    kind: str
+    run_id: str
+    workflow: str
+    repo: str
+    node: str
+    iteration: int
+    prompt: str
+    context: str
+    options: list[dict[str, Any]]
+    free_text: bool
+    phase: str | None
+    artifacts: list[dict[str, Any]]
+    deadline: str | None
+    asked_at: str
+    supervisor: dict[str, Any] | None
+    votes: list[str]
+
+
+_LISTED_COLUMNS = ", ".join(f"i.{name}" for name in ListedItem.__struct_fields__)
+#: Every field of an item: the public ones and its decision's.
 _ITEM_COLUMNS = (
-    "i.item_id, i.kind, i.run_id, r.workflow, r.repo, i.node, i.iteration, i.prompt, "
+    "i.item_id, i.kind, i.run_id, i.workflow, i.repo, i.node, i.iteration, i.prompt, "
     "i.context, i.options, i.free_text, i.phase, i.artifacts, i.deadline, i.status, "
     "i.answer, i.option_id, i.actor, i.rationale, i.asked_at, i.answered_at, i.supervisor, "
     "i.votes"
 )
+#: Items of a run the log holds (the others have no workflow; no list shows them).
+_OF_A_RUN = "i.workflow IS NOT NULL"
 
 
 def _rows(cursor: apsw.Cursor) -> list[Row]:
@@ -40,32 +68,82 @@ def _rows(cursor: apsw.Cursor) -> list[Row]:
     return rows
 
 
-def list_inbox(
-    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
-) -> list[Row]:
-    """Every pending item, oldest first, with its run's workflow and repository."""
-    where, params = ["i.status=?"], [ItemStatus.PENDING.value]
+def _pending(repo: str | None, run_id: str | None) -> tuple[str, list[str]]:
+    """The WHERE and ORDER BY of the pending items (of ``repo``, of ``run_id``), oldest
+    first: a read of the inbox's index in this order (items hold their run's workflow and
+    repository), and its parameters."""
+    where, params = ["i.status=?", _OF_A_RUN], [ItemStatus.PENDING.value]
     if repo is not None:
-        where.append("r.repo=?")
+        where.append("i.repo=?")
         params.append(repo)
     if run_id is not None:
         where.append("i.run_id=?")
         params.append(run_id)
-    return _rows(
-        conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id",
-            params,
+    return f"WHERE {' AND '.join(where)} ORDER BY i.asked_at, i.item_id", params
+
+
+def list_inbox(
+    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
+) -> list[Row]:
+    """Every pending item, oldest first, with its run's workflow and repository."""
+    clauses, params = _pending(repo, run_id)
+    return _rows(conn.execute(f"SELECT {_ITEM_COLUMNS} FROM inbox i {clauses}", params))
+
+
+def list_inbox_items(
+    conn: apsw.Connection, *, repo: str | None = None, run_id: str | None = None
+) -> list[ListedItem]:
+    """``list_inbox`` with only what a listing shows of each item, made straight from the
+    rows (for 1,000 items, a few ms less than dicts of every column)."""
+    clauses, params = _pending(repo, run_id)
+    decode = msgspec.json.decode
+    return [
+        ListedItem(
+            item_id,
+            kind,
+            run,
+            workflow,
+            repo_path,
+            node,
+            iteration,
+            prompt,
+            context,
+            _decode(options),
+            bool(free_text),
+            phase,
+            _decode(artifacts),
+            deadline,
+            asked_at,
+            decode(supervisor) if supervisor else None,
+            decode(votes),
         )
-    )
+        for (
+            item_id,
+            kind,
+            run,
+            workflow,
+            repo_path,
+            node,
+            iteration,
+            prompt,
+            context,
+            options,
+            free_text,
+            phase,
+            artifacts,
+            deadline,
+            asked_at,
+            supervisor,
+            votes,
+        ) in conn.execute(f"SELECT {_LISTED_COLUMNS} FROM inbox i {clauses}", params)
+    ]
 
 
 def get_item(conn: apsw.Connection, item_id: str) -> Row | None:
     """One item, pending or decided."""
     rows = _rows(
         conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            "WHERE i.item_id=?",
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i WHERE i.item_id=? AND {_OF_A_RUN}",
             (item_id,),
         )
     )
@@ -160,8 +238,8 @@ def list_expired_questions(conn: apsw.Connection, now: str) -> list[Row]:
     """Pending questions whose deadline (ISO UTC) is before ``now``."""
     return _rows(
         conn.execute(
-            f"SELECT {_ITEM_COLUMNS} FROM inbox i JOIN runs r ON r.run_id = i.run_id "
-            "WHERE i.status=? AND i.kind=? AND i.deadline IS NOT NULL "
+            f"SELECT {_ITEM_COLUMNS} FROM inbox i "
+            f"WHERE i.status=? AND {_OF_A_RUN} AND i.kind=? AND i.deadline IS NOT NULL "
             "AND i.deadline < ? ORDER BY i.deadline",
             (ItemStatus.PENDING.value, ItemKind.QUESTION.value, now),
         )

@@ -11,6 +11,7 @@ PROJECTION_TABLES = (
     "nodes",
     "logs",
     "inbox",
+    "inbox_runs",
     "decision_subjects",
     "decisions",
     "checkpoints",
@@ -41,7 +42,9 @@ PROJECTION_VERSIONS = {
     "logs": 2,
     # 2: each artifact says its kind (file, diff, tests).
     # 3: an approved gate's status is "approved" (was "granted"), the word shown everywhere.
-    "inbox": 3,
+    # 4: each item holds its run's workflow and repository (listed without the runs table);
+    #    pending items are indexed in the listing's order.
+    "inbox": 4,
     # 2: an approved gate's decision is "approved" (was "granted").
     "decisions": 2,
     "checkpoints": 1,

@@ -36,7 +36,7 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
     On a terminal with no options it is a picker that answers, approves or
     rejects in place.
     """
-    from projections.inbox_queries import list_inbox
+    from projections.inbox_queries import list_inbox, list_inbox_items
     from projections.queries import resolve_run_id
 
     if not runtime.has_store():
@@ -45,10 +45,11 @@ def inbox(runtime: Runtime, as_json: bool, repo: Path | None, run_ref: str | Non
     conn = runtime.read_db()
     run_id = resolve_run_id(conn, run_ref) if run_ref else None
     repo_path = str(repo.expanduser().resolve()) if repo else None
-    items = list_inbox(conn, repo=repo_path, run_id=run_id)
     if as_json:
-        click.echo(msgspec.json.format(msgspec.json.encode([_public(i) for i in items]), indent=2))
+        listed = list_inbox_items(conn, repo=repo_path, run_id=run_id)
+        click.echo(msgspec.json.format(msgspec.json.encode(listed), indent=2))
         return
+    items = list_inbox(conn, repo=repo_path, run_id=run_id)
     if not items:
         click.echo("The inbox is empty.")
         return
@@ -105,15 +106,6 @@ def supervisor_lines(item: dict[str, Any]) -> list[str]:
         waiting = f"approved by {voter}: waiting for the supervisor's co-signature"
         lines.append(printable(f"    {waiting}"))
     return lines
-
-
-def _public(item: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "item_id", "kind", "run_id", "workflow", "repo", "node", "iteration", "prompt",
-        "context", "options", "free_text", "phase", "artifacts", "deadline", "asked_at",
-        "supervisor", "votes",
-    )  # fmt: skip
-    return {key: item[key] for key in keys}
 
 
 _AS = click.option("--as", "as_", metavar="NAME", help="Decide as NAME (default: your login).")

@@ -49,8 +49,9 @@ OURS = frozenset(
     }
 )
 #: The standard library beyond the baseline: click's gettext imports locale on its first
-#: message; the printable check uses unicodedata.
-STDLIB = frozenset({"locale", "_locale", "unicodedata"})
+#: message; the printable check uses unicodedata; the entry point freezes what it imported
+#: with gc (built in: nothing to load).
+STDLIB = frozenset({"locale", "_locale", "unicodedata", "gc"})
 #: What the inbox notice reads when an item is pending (not `inbox` itself, which lists the
 #: items instead): the ``inbox_notice`` setting, folded from the settings stream.
 NOTICE = frozenset(
@@ -116,3 +117,39 @@ def test_status_on_an_empty_home_imports_only_the_listed_modules(shep_home: Path
     inbox = {"shep.runs", "shep.runs.inbox_watch", "projections.inbox_queries"}
     unexpected = _imported("status") - (OURS - inbox) - STDLIB - COMMAND_MODULES["status"]
     assert not unexpected, f"shep status imports {sorted(unexpected)}"
+
+
+_FROZEN = (
+    "import gc, sys\n"
+    "from shep.cli import main\n"
+    "how = sys.argv.pop(1)\n"
+    "sys.argv[0] = 'shep'\n"
+    "try:\n    main() if how == 'entry' else main(sys.argv[1:])\n"
+    "except SystemExit:\n    pass\n"
+    "sys.stderr.write(f'FROZEN={gc.get_freeze_count()}\\n')\n"
+)
+
+
+@pytest.mark.parametrize(("how", "frozen"), [("entry", True), ("caller", False)])
+def test_the_entry_point_leaves_what_it_imported_to_no_collection(
+    shep_home: Path, how: str, frozen: bool
+) -> None:
+    """Run as the process's entry point (the console script, `python -m shep`), shep moves
+    what it imported before the command out of the collector's way (the collector, in the
+    command and at Python's exit, went through all of it: a tenth of `shep status`). A
+    caller passing its own arguments (a test running commands in its process) keeps its
+    collector as it is: nothing of its own is frozen.
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _FROZEN, how, "status"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ.copy(),
+        stdin=subprocess.DEVNULL,
+    )
+    lines = [line for line in result.stderr.splitlines() if line.startswith("FROZEN=")]
+    assert lines, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "No runs yet" in result.stdout
+    assert (int(lines[-1].removeprefix("FROZEN=")) > 1000) is frozen, lines
