@@ -65,6 +65,15 @@ class Batch:
         """
         self._latest[statement][key] = row
 
+    def defer_all(self, statement: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Queue rows for ``statement``, as ``defer`` does each."""
+        self._deferred[statement].extend(rows)
+
+    def latest_rows(self, statement: str) -> dict[str, tuple[Any, ...] | Lazy]:
+        """The rows queued for ``statement`` by key, for a segment handler to set as
+        ``latest`` does (only the last row per key is written)."""
+        return self._latest[statement]
+
     def flush(self) -> None:
         for statement, rows in self._deferred.items():
             self.cursor.executemany(statement, rows)
@@ -78,6 +87,11 @@ class Batch:
 
 
 Handler = Callable[[Batch, Event], None]
+#: An event of a segment: its position, stream (hex id), time (ISO text) and the event,
+#: or its fold view (``projections.fold``: the same fields, read the same way).
+Folded = tuple[int, str, str, Any]
+#: Folds a segment: consecutive events of one type, in the log's order.
+SegmentHandler = Callable[[Batch, list[Folded]], None]
 
 
 @dataclass(frozen=True)
@@ -89,9 +103,24 @@ class Projection:
     rebuilds alone (``projections.catch_up.rebuild`` writes new tables under other
     names). A handler that reads rows must not depend on rows another handler
     deferred in the same batch.
+
+    ``segments`` folds the types most of the log is made of a segment at a time
+    (consecutive events of the type, decoded as fold views): for each, the
+    projection's handler must do what the segment handler does for a segment of
+    one event (``one_of`` makes it so). Segment items carry no chain hash.
     """
 
     name: str
     ddl: tuple[str, ...]
     tables: tuple[str, ...]
     handlers: Mapping[type[Event], Handler]
+    segments: Mapping[type[Event], SegmentHandler] = field(default_factory=dict)
+
+
+def one_of(segment: SegmentHandler) -> Handler:
+    """The event handler that folds one event as ``segment`` folds a segment of it."""
+
+    def handle(b: Batch, event: Event) -> None:
+        segment(b, [(b.position, b.stream, b.at, event)])
+
+    return handle

@@ -21,7 +21,7 @@ from events.runs import (
     RunStatus,
     RunSuspended,
 )
-from projections.base import Batch, Handler, Lazy, Projection
+from projections.base import Batch, Folded, Handler, Lazy, Projection, one_of
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS runs ("
@@ -214,13 +214,14 @@ def _activity(event: AgentOutputRecorded, stream: str) -> tuple[str, str]:
     return (activity[:_ACTIVITY_CHARS], stream)
 
 
-def _output(b: Batch, event: Event) -> None:
+def _outputs(b: Batch, items: list[Folded]) -> None:
     # Most events of a run: kept to the least work, the activity made only for the last.
-    assert type(event) is AgentOutputRecorded
-    stream = b.stream
-    if event.tool_name or (not event.text.isspace() and event.text):
-        b.latest(_ACTIVITY, stream, Lazy((_activity, event)))
-    b.latest(_TOUCH, stream, (b.at, event.originator_version, b.position, stream))
+    touch = b.latest_rows(_TOUCH)
+    activity = b.latest_rows(_ACTIVITY)
+    for position, stream, at, event in items:
+        if event.tool_name or (not event.text.isspace() and event.text):
+            activity[stream] = Lazy((_activity, event))
+        touch[stream] = (at, event.originator_version, position, stream)
 
 
 def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> Handler:
@@ -284,11 +285,12 @@ RUNS = Projection(
         NodeCompleted: _node_completed,
         NodeFailed: _node_failed,
         HeartbeatRecorded: _heartbeat,
-        AgentOutputRecorded: _output,
+        AgentOutputRecorded: one_of(_outputs),
         RunSuspended: _suspended,
         RunInterrupted: _status(RunStatus.INTERRUPTED, error=True),
         RunCancelled: _status(RunStatus.CANCELLED, final=True, error=True),
         RunCompleted: _status(RunStatus.COMPLETED, final=True),
         RunFailed: _status(RunStatus.FAILED, final=True, error=True),
     },
+    segments={AgentOutputRecorded: _outputs},
 )
