@@ -355,12 +355,19 @@ def _activity(event: AgentOutputRecorded, stream: str) -> tuple[str, str]:
 
 
 def _outputs(b: Batch, items: list[Folded]) -> None:
-    # Most events of a run: kept to the least work, the activity made only for the last.
-    touch = b.latest_rows(_TOUCH)
-    activity = b.latest_rows(_ACTIVITY)
-    for position, stream, at, event in items:
+    # Most events of a run: each only noted; the rows are made for each stream's last.
+    active: dict[str, Any] = {}
+    last: dict[str, Folded] = {}
+    for item in items:
+        event = item[3]
         if event.tool_name or (not event.text.isspace() and event.text):
-            activity[stream] = Lazy((_activity, event))
+            active[item[1]] = event
+        last[item[1]] = item
+    activity = b.latest_rows(_ACTIVITY)
+    for stream, event in active.items():
+        activity[stream] = Lazy((_activity, event))
+    touch = b.latest_rows(_TOUCH)
+    for stream, (position, _, at, event) in last.items():
         touch[stream] = (at, event.originator_version, position, stream)
 
 
