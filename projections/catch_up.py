@@ -16,9 +16,11 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, cast
 
 import apsw
@@ -26,7 +28,8 @@ import apsw
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
 from events.sqlite_file import immediate_transaction, store_error
-from projections.base import Batch, Handler, Projection, Writer
+from projections.base import Batch, Folded, Handler, Projection, SegmentHandler, Writer
+from projections.fold import iso_time, views_of
 from projections.mirror import pull_registered
 from projections.schema import PROJECTIONS, create_tables, record_version
 from projections.state import (
@@ -139,34 +142,89 @@ def _apply(
     batch: Batch, rows: Sequence[Row], projections: Sequence[Projection], tracked: dict[str, int]
 ) -> None:
     lagging = [p for p in projections if tracked[p.name] < rows[-1][0]]
-    # Usually every projection is at the same position: then the handlers for an
-    # event type are the same for the whole batch.
-    uniform = len(set(tracked.values())) == 1
-    by_topic: dict[str, list[Handler]] = {}
-    last_time: datetime | None = None
-    last_at = ""
-    for position, stream, topic, state, chain in rows:
-        handlers = by_topic.get(topic) if uniform else None
-        if handlers is None:
-            kind = EVENT_CLASSES.get(topic)
-            if kind is None:
-                raise UnknownEventError(topic)
-            handlers = [
-                handler
-                for projection in lagging
-                if position > tracked[projection.name]
-                and (handler := projection.handlers.get(kind)) is not None
-            ]
-            if uniform:
-                by_topic[topic] = handlers
+    if len(set(tracked.values())) != 1:
+        # Projections at different positions: which handle an event depends on its position.
+        _apply_each(
+            batch, rows, lambda topic, position: _handlers(lagging, topic, tracked, position)
+        )
+        return
+    # Usually every projection is at the same position: then the handlers for an event
+    # type are the same for the whole batch, and consecutive events of a type most of
+    # the log is made of are folded a segment at a time.
+    plans: dict[str, tuple[list[Handler], list[SegmentHandler] | None]] = {}
+    for topic, group in groupby(rows, itemgetter(2)):
+        plan = plans.get(topic)
+        if plan is None:
+            plan = plans[topic] = _plan(lagging, topic)
+        handlers, segments = plan
         if not handlers:
             # Most events of a run (checkpoints, heartbeats) concern few projections:
             # decode only what some handler reads.
             continue
+        segment = list(group)
+        if segments is None or not _fold_segment(batch, segment, segments):
+            _apply_each(batch, segment, lambda topic, position: plans[topic][0])
+
+
+def _plan(
+    projections: Sequence[Projection], topic: str
+) -> tuple[list[Handler], list[SegmentHandler] | None]:
+    """The handlers of ``topic`` in ``projections``, and their segment handlers when each
+    of them folds the type a segment at a time (else None)."""
+    kind = EVENT_CLASSES.get(topic)
+    if kind is None:
+        raise UnknownEventError(topic)
+    handlers = [h for p in projections if (h := p.handlers.get(kind)) is not None]
+    segments = [s for p in projections if (s := p.segments.get(kind)) is not None]
+    return handlers, segments if segments and len(segments) == len(handlers) else None
+
+
+def _handlers(
+    projections: Sequence[Projection], topic: str, tracked: dict[str, int], position: int
+) -> list[Handler]:
+    kind = EVENT_CLASSES.get(topic)
+    if kind is None:
+        raise UnknownEventError(topic)
+    return [
+        handler
+        for projection in projections
+        if position > tracked[projection.name]
+        and (handler := projection.handlers.get(kind)) is not None
+    ]
+
+
+def _fold_segment(batch: Batch, rows: list[Row], segments: list[SegmentHandler]) -> bool:
+    """Fold ``rows`` (of one type) as fold views through ``segments``; False, having folded
+    nothing, when some state is not of the type's current form."""
+    views = views_of(EVENT_CLASSES[rows[0][2]]).decode([row[3] for row in rows])
+    if views is None:
+        return False
+    items: list[Folded] = []
+    last_time = last_at = ""
+    for (position, stream, _, _, _), view in zip(rows, views, strict=True):
+        if view.timestamp != last_time:
+            # Events appended together share their timestamp: format it once.
+            last_time = view.timestamp
+            last_at = iso_time(last_time)
+        items.append((position, stream, last_at, view))
+    for segment in segments:
+        segment(batch, items)
+    return True
+
+
+def _apply_each(
+    batch: Batch, rows: Iterable[Row], handlers_of: Callable[[str, int], list[Handler]]
+) -> None:
+    """Fold ``rows`` event by event, through the handlers ``handlers_of(topic, position)``."""
+    last_time: datetime | None = None
+    last_at = ""
+    for position, stream, topic, state, chain in rows:
+        handlers = handlers_of(topic, position)
+        if not handlers:
+            continue
         event = decode_event(topic, state)
         batch.position = position
         if event.timestamp != last_time:
-            # Events appended together share their timestamp: format it once.
             last_time = event.timestamp
             last_at = last_time.isoformat()
         batch.at = last_at

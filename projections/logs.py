@@ -46,7 +46,7 @@ from events.runs import (
     RunSuspended,
 )
 from events.words import counted
-from projections.base import Batch, Handler, Projection
+from projections.base import Batch, Folded, Handler, Projection, one_of
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS logs ("
@@ -209,21 +209,14 @@ _FEATURE_LINES: dict[type[Event], Callable[[Any], tuple[str, str | None, str]]] 
 _INSERT = "INSERT INTO logs VALUES (?,?,?,?,?,?,?,?)"
 
 
-def _log_output(b: Batch, event: Event) -> None:
-    # Most events of a run: its line without describe()'s ladder.
-    assert type(event) is AgentOutputRecorded
-    b.defer(
+def _log_outputs(b: Batch, items: list[Folded]) -> None:
+    # Most events of a run: their lines without describe()'s ladder.
+    b.defer_all(
         _INSERT,
-        (
-            b.position,
-            b.stream,
-            b.at,
-            event.node,
-            event.kind,
-            event.text,
-            event.tool_name,
-            int(event.is_error),
-        ),
+        [
+            (position, stream, at, e.node, e.kind, e.text, e.tool_name, int(e.is_error))
+            for position, stream, at, e in items
+        ],
     )
 
 
@@ -293,7 +286,13 @@ def _log_item(b: Batch, event: Event) -> None:
 _HANDLERS: dict[type[Event], Handler] = {
     **dict.fromkeys(_LOGGED, _log),
     **dict.fromkeys(_ITEM_EVENTS, _log_item),
-    AgentOutputRecorded: _log_output,
+    AgentOutputRecorded: one_of(_log_outputs),
 }
 
-LOGS = Projection(name="logs", ddl=DDL, tables=("logs",), handlers=_HANDLERS)
+LOGS = Projection(
+    name="logs",
+    ddl=DDL,
+    tables=("logs",),
+    handlers=_HANDLERS,
+    segments={AgentOutputRecorded: _log_outputs},
+)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from events.base import Event
 from events.run_status import NodeStatus
 from events.runs import (
@@ -21,7 +23,7 @@ from events.runs import (
     RunStatus,
     RunSuspended,
 )
-from projections.base import Batch, Handler, Lazy, Projection
+from projections.base import Batch, Folded, Handler, Lazy, Projection, Writer, one_of
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS runs ("
@@ -52,56 +54,210 @@ _TOUCH = "UPDATE runs SET updated_at=?, version=?, last_position=? WHERE run_id=
 _ACTIVITY = "UPDATE runs SET last_activity=? WHERE run_id=?"
 _HEARTBEAT = "UPDATE runs SET last_heartbeat=?, pid=?, host=? WHERE run_id=?"
 
+Row = dict[str, Any]
+#: The columns of a table as a row of it is made in memory: each with its default.
+_RUN: Row = {
+    **dict.fromkeys(
+        [
+            "run_id",
+            "workflow",
+            "agent_type",
+            "model",
+            "repo",
+            "status",
+            "current_node",
+            "current_iteration",
+            "completed_nodes",
+            "total_nodes",
+            "created_at",
+            "started_at",
+            "updated_at",
+            "finished_at",
+            "last_heartbeat",
+            "pid",
+            "host",
+            "error",
+            "log_path",
+            "created_by",
+            "origin_run_id",
+            "agent_session_id",
+            "last_activity",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+            "version",
+            "last_position",
+        ]
+    ),
+    **{"current_iteration": 1, "completed_nodes": 0, "total_nodes": 0},
+    **{"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0},
+}
+_NODE: Row = {
+    **dict.fromkeys(
+        [
+            "run_id",
+            "node",
+            "status",
+            "kind",
+            "iteration",
+            "completions",
+            "phase",
+            "seq",
+            "attempt",
+            "started_at",
+            "finished_at",
+            "duration_ms",
+            "agent_session_id",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+            "error",
+        ]
+    ),
+    **{"kind": "agent", "iteration": 1, "completions": 0, "phase": 0, "seq": 1_000_000},
+    **{"attempt": 1, "input_tokens": 0, "output_tokens": 0},
+}
+
+
+def _statement(verb: str, table: str, columns: Row) -> str:
+    names = ", ".join(columns)
+    return f"{verb} INTO {table} ({names}) VALUES ({', '.join(':' + c for c in columns)})"
+
+
+_INSERT_RUN = _statement("INSERT", "runs", _RUN)
+_UPDATE_RUN = (
+    f"UPDATE runs SET {', '.join(f'{c}=:{c}' for c in _RUN if c != 'run_id')} WHERE run_id=:run_id"
+)
+_SELECT_RUN = f"SELECT {', '.join(_RUN)} FROM runs WHERE run_id=?"
+_WRITE_NODE = _statement("INSERT OR REPLACE", "nodes", _NODE)
+_SELECT_NODES = f"SELECT {', '.join(_NODE)} FROM nodes WHERE run_id=?"
+
+
+class _Runs:
+    """The runs and nodes rows a batch changed, kept in memory and written once when the
+    batch ends: a run's events then cost no statement each.
+
+    A row is read from the tables when the batch first touches it. Each handler
+    does to these rows what one SQL statement per change did: an update of a run
+    that has no row changes nothing; a node's row is made by the first event that
+    names it, with the columns' defaults.
+    """
+
+    __slots__ = ("_cursor", "_new", "_nodes", "_runs")
+
+    def __init__(self, cursor: Writer) -> None:
+        self._cursor = cursor
+        self._runs: dict[str, Row | None] = {}
+        self._new: set[str] = set()
+        self._nodes: dict[str, dict[str, Row]] = {}
+
+    def run(self, run_id: str) -> Row | None:
+        """The run's row (None: no such run)."""
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            pass
+        found = self._cursor.execute(_SELECT_RUN, (run_id,)).fetchall()
+        row = self._runs[run_id] = dict(zip(_RUN, found[0], strict=True)) if found else None
+        return row
+
+    def create(self, row: Row) -> None:
+        """A new run's row (inserted when the batch ends: an existing one fails it)."""
+        run_id = str(row["run_id"])
+        self._runs[run_id] = row
+        self._new.add(run_id)
+
+    def nodes(self, run_id: str) -> dict[str, Row]:
+        """The run's node rows by node name."""
+        nodes = self._nodes.get(run_id)
+        if nodes is None:
+            rows = self._cursor.execute(_SELECT_NODES, (run_id,)).fetchall()
+            nodes = self._nodes[run_id] = {
+                str(row[1]): dict(zip(_NODE, row, strict=True)) for row in rows
+            }
+        return nodes
+
+    def node(self, run_id: str, node: str) -> Row:
+        """The node's row, made with the defaults if it has none."""
+        nodes = self.nodes(run_id)
+        row = nodes.get(node)
+        if row is None:
+            row = nodes[node] = {**_NODE, "run_id": run_id, "node": node}
+        return row
+
+    def write(self) -> None:
+        new = [row for run_id, row in self._runs.items() if run_id in self._new]
+        if new:
+            self._cursor.executemany(_INSERT_RUN, new)
+        changed = [
+            row for run_id, row in self._runs.items() if row is not None and run_id not in self._new
+        ]
+        if changed:
+            self._cursor.executemany(_UPDATE_RUN, changed)
+        rows = [row for nodes in self._nodes.values() for row in nodes.values()]
+        if rows:
+            self._cursor.executemany(_WRITE_NODE, rows)
+
+
+def _runs(b: Batch) -> _Runs:
+    return b.fold("runs", _Runs)
+
 
 def _touch(b: Batch, event: Event) -> None:
     # Every run event moves updated_at/version/position; only the batch's last one matters.
     b.latest(_TOUCH, b.stream, (b.at, event.originator_version, b.position, b.stream))
 
 
-def _update(b: Batch, assignments: str, *params: object) -> None:
-    b.cursor.execute(f"UPDATE runs SET {assignments} WHERE run_id=?", (*params, b.stream))
+def _update(b: Batch, **changes: object) -> None:
+    row = _runs(b).run(b.stream)
+    if row is not None:
+        row.update(changes)
 
 
 def _created(b: Batch, event: Event) -> None:
     assert isinstance(event, RunCreated)
-    b.cursor.execute(
-        "INSERT INTO runs (run_id, workflow, agent_type, model, repo, status, total_nodes, "
-        "created_at, updated_at, created_by, origin_run_id, version, last_position) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            b.stream,
-            event.workflow,
-            event.agent_type,
-            event.model,
-            event.repo,
-            RunStatus.PENDING.value,
-            len(event.node_names),
-            b.at,
-            b.at,
-            event.created_by,
-            event.origin_run_id.hex if event.origin_run_id else None,
-            event.originator_version,
-            b.position,
-        ),
+    runs = _runs(b)
+    runs.create(
+        {
+            **_RUN,
+            "run_id": b.stream,
+            "workflow": event.workflow,
+            "agent_type": event.agent_type,
+            "model": event.model,
+            "repo": event.repo,
+            "status": RunStatus.PENDING.value,
+            "total_nodes": len(event.node_names),
+            "created_at": b.at,
+            "updated_at": b.at,
+            "created_by": event.created_by,
+            "origin_run_id": event.origin_run_id.hex if event.origin_run_id else None,
+            "version": event.originator_version,
+            "last_position": b.position,
+        }
     )
-    b.cursor.executemany(
-        "INSERT OR IGNORE INTO nodes (run_id, node, status, phase, seq) VALUES (?,?,?,1,?)",
-        [
-            (b.stream, node, NodeStatus.PENDING.value, seq)
-            for seq, node in enumerate(event.node_names)
-        ],
-    )
+    nodes = runs.nodes(b.stream)
+    for seq, node in enumerate(event.node_names):
+        if node not in nodes:  # the first of a name stands
+            nodes[node] = {
+                **_NODE,
+                "run_id": b.stream,
+                "node": node,
+                "status": NodeStatus.PENDING.value,
+                "phase": 1,
+                "seq": seq,
+            }
 
 
 def _started(b: Batch, event: Event) -> None:
     assert isinstance(event, RunStarted | RunResumed)
-    _update(
-        b,
-        "status=?, started_at=coalesce(started_at, ?), log_path=coalesce(?, log_path), error=NULL",
-        RunStatus.RUNNING.value,
-        b.at,
-        event.log_path,
-    )
+    row = _runs(b).run(b.stream)
+    if row is not None:
+        row["status"] = RunStatus.RUNNING.value
+        if row["started_at"] is None:
+            row["started_at"] = b.at
+        if event.log_path is not None:
+            row["log_path"] = event.log_path
+        row["error"] = None
     # A start counts as a heartbeat; queued with heartbeats so the latest one wins.
     b.latest(_HEARTBEAT, b.stream, (b.at, event.pid, event.host, b.stream))
     _touch(b, event)
@@ -109,93 +265,77 @@ def _started(b: Batch, event: Event) -> None:
 
 def _node_started(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeStarted)
-    b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status, kind, iteration, attempt, started_at) "
-        "VALUES (?,?,?,?,?,?,?) "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status=excluded.status, kind=excluded.kind, "
-        "iteration=excluded.iteration, attempt=excluded.attempt, "
-        "started_at=excluded.started_at, finished_at=NULL, error=NULL",
-        (
-            b.stream,
-            event.node,
-            NodeStatus.RUNNING.value,
-            event.kind,
-            event.iteration,
-            event.attempt,
-            b.at,
-        ),
+    _runs(b).node(b.stream, event.node).update(
+        status=NodeStatus.RUNNING.value,
+        kind=event.kind,
+        iteration=event.iteration,
+        attempt=event.attempt,
+        started_at=b.at,
+        finished_at=None,
+        error=None,
     )
-    _update(b, "current_node=?, current_iteration=?", event.node, event.iteration)
+    _update(b, current_node=event.node, current_iteration=event.iteration)
     _touch(b, event)
 
 
 def _session(b: Batch, event: Event) -> None:
     assert isinstance(event, AgentSessionRecorded)
-    b.cursor.execute(
-        "UPDATE nodes SET agent_session_id=? WHERE run_id=? AND node=?",
-        (event.agent_session_id, b.stream, event.node),
-    )
-    _update(b, "agent_session_id=?", event.agent_session_id)
+    runs = _runs(b)
+    node = runs.nodes(b.stream).get(event.node)
+    if node is not None:
+        node["agent_session_id"] = event.agent_session_id
+    _update(b, agent_session_id=event.agent_session_id)
     _touch(b, event)
 
 
 def _node_completed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeCompleted)
     u = event.usage
-    b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status, completions, finished_at, duration_ms, "
-        "agent_session_id, input_tokens, output_tokens, cost_usd) "
-        "VALUES (?,?,?,1,?,?,?,?,?,?) "
-        "ON CONFLICT (run_id, node) DO UPDATE SET status=excluded.status, "
-        "completions=completions+1, finished_at=excluded.finished_at, "
-        "duration_ms=excluded.duration_ms, "
-        "agent_session_id=coalesce(excluded.agent_session_id, agent_session_id), "
-        "input_tokens=excluded.input_tokens, output_tokens=excluded.output_tokens, "
-        "cost_usd=excluded.cost_usd, error=NULL",
-        (
-            b.stream,
-            event.node,
-            NodeStatus.COMPLETED.value,
-            b.at,
-            event.duration_ms,
-            event.agent_session_id,
-            u.input_tokens,
-            u.output_tokens,
-            u.cost_usd,
-        ),
+    runs = _runs(b)
+    node = runs.node(b.stream, event.node)
+    node.update(
+        status=NodeStatus.COMPLETED.value,
+        completions=node["completions"] + 1,
+        finished_at=b.at,
+        duration_ms=event.duration_ms,
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        cost_usd=u.cost_usd,
+        error=None,
     )
-    _update(
-        b,
-        "current_node=NULL, completed_nodes=(SELECT count(*) FROM nodes WHERE run_id=? AND "
-        "completions > 0 AND phase = 1), input_tokens=input_tokens+?, "
-        "output_tokens=output_tokens+?, "
-        "cost_usd=cost_usd+?, agent_session_id=coalesce(?, agent_session_id)",
-        b.stream,
-        u.input_tokens,
-        u.output_tokens,
-        u.cost_usd or 0.0,
-        event.agent_session_id,
-    )
+    if event.agent_session_id is not None:
+        node["agent_session_id"] = event.agent_session_id
+    row = runs.run(b.stream)
+    if row is not None:
+        row["current_node"] = None
+        row["completed_nodes"] = sum(
+            1 for n in runs.nodes(b.stream).values() if n["completions"] > 0 and n["phase"] == 1
+        )
+        row["input_tokens"] += u.input_tokens
+        row["output_tokens"] += u.output_tokens
+        row["cost_usd"] += u.cost_usd or 0.0
+        if event.agent_session_id is not None:
+            row["agent_session_id"] = event.agent_session_id
     _touch(b, event)
 
 
 def _node_failed(b: Batch, event: Event) -> None:
     assert isinstance(event, NodeFailed)
-    b.cursor.execute(
-        "INSERT INTO nodes (run_id, node, status, finished_at, duration_ms, error) "
-        "VALUES (?,?,?,?,?,?) ON CONFLICT (run_id, node) DO UPDATE SET status=excluded.status, "
-        "finished_at=excluded.finished_at, duration_ms=excluded.duration_ms, error=excluded.error",
-        (
-            b.stream,
-            event.node,
-            NodeStatus.FAILED.value,
-            b.at,
-            event.duration_ms,
-            f"{event.error_type}: {event.message}",
-        ),
+    _runs(b).node(b.stream, event.node).update(
+        status=NodeStatus.FAILED.value,
+        finished_at=b.at,
+        duration_ms=event.duration_ms,
+        error=f"{event.error_type}: {event.message}",
     )
-    _update(b, "current_node=NULL")
+    _update(b, current_node=None)
     _touch(b, event)
+
+
+def _set_nodes(b: Batch, status: NodeStatus, where: tuple[str, ...]) -> None:
+    """Each of the run's nodes whose status is one of ``where`` takes ``status``."""
+    for node in _runs(b).nodes(b.stream).values():
+        if node["status"] in where:
+            node["status"] = status.value
 
 
 def _heartbeat(b: Batch, event: Event) -> None:
@@ -214,36 +354,34 @@ def _activity(event: AgentOutputRecorded, stream: str) -> tuple[str, str]:
     return (activity[:_ACTIVITY_CHARS], stream)
 
 
-def _output(b: Batch, event: Event) -> None:
-    # Most events of a run: kept to the least work, the activity made only for the last.
-    assert type(event) is AgentOutputRecorded
-    stream = b.stream
-    if event.tool_name or (not event.text.isspace() and event.text):
-        b.latest(_ACTIVITY, stream, Lazy((_activity, event)))
-    b.latest(_TOUCH, stream, (b.at, event.originator_version, b.position, stream))
+def _outputs(b: Batch, items: list[Folded]) -> None:
+    # Most events of a run: each only noted; the rows are made for each stream's last.
+    active: dict[str, Any] = {}
+    last: dict[str, Folded] = {}
+    for item in items:
+        event = item[3]
+        if event.tool_name or (not event.text.isspace() and event.text):
+            active[item[1]] = event
+        last[item[1]] = item
+    activity = b.latest_rows(_ACTIVITY)
+    for stream, event in active.items():
+        activity[stream] = Lazy((_activity, event))
+    touch = b.latest_rows(_TOUCH)
+    for stream, (position, _, at, event) in last.items():
+        touch[stream] = (at, event.originator_version, position, stream)
 
 
 def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> Handler:
     def handle(b: Batch, event: Event) -> None:
-        assignments = "status=?"
-        params: list[object] = [status.value]
+        changes: dict[str, object] = {"status": status.value}
         if final:
-            assignments += ", finished_at=?, current_node=NULL"
-            params.append(b.at)
+            changes["finished_at"] = b.at
+            changes["current_node"] = None
             # A node the run left running, or waiting for a person, goes no further.
-            b.cursor.execute(
-                "UPDATE nodes SET status=? WHERE run_id=? AND status IN (?, ?)",
-                (
-                    NodeStatus.STOPPED.value,
-                    b.stream,
-                    NodeStatus.RUNNING.value,
-                    NodeStatus.WAITING.value,
-                ),
-            )
+            _set_nodes(b, NodeStatus.STOPPED, (NodeStatus.RUNNING.value, NodeStatus.WAITING.value))
         if error:
-            assignments += ", error=?"
-            params.append(_error_text(event))
-        _update(b, assignments, *params)
+            changes["error"] = _error_text(event)
+        _update(b, **changes)
         _touch(b, event)
 
     return handle
@@ -252,12 +390,9 @@ def _status(status: RunStatus, *, final: bool = False, error: bool = False) -> H
 def _suspended(b: Batch, event: Event) -> None:
     assert isinstance(event, RunSuspended)
     status = RunStatus.WAITING_APPROVAL if event.approval else RunStatus.WAITING_ANSWER
-    _update(b, "status=?, current_node=NULL", status.value)
+    _update(b, status=status.value, current_node=None)
     # The question or gate nodes asked: waiting for people, not running.
-    b.cursor.execute(
-        "UPDATE nodes SET status=? WHERE run_id=? AND status=?",
-        (NodeStatus.WAITING.value, b.stream, NodeStatus.RUNNING.value),
-    )
+    _set_nodes(b, NodeStatus.WAITING, (NodeStatus.RUNNING.value,))
     _touch(b, event)
 
 
@@ -284,11 +419,12 @@ RUNS = Projection(
         NodeCompleted: _node_completed,
         NodeFailed: _node_failed,
         HeartbeatRecorded: _heartbeat,
-        AgentOutputRecorded: _output,
+        AgentOutputRecorded: one_of(_outputs),
         RunSuspended: _suspended,
         RunInterrupted: _status(RunStatus.INTERRUPTED, error=True),
         RunCancelled: _status(RunStatus.CANCELLED, final=True, error=True),
         RunCompleted: _status(RunStatus.COMPLETED, final=True),
         RunFailed: _status(RunStatus.FAILED, final=True, error=True),
     },
+    segments={AgentOutputRecorded: _outputs},
 )
