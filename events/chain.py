@@ -57,20 +57,23 @@ def chained_rows(
     event's is not encoded again.
     """
     sha256, pack, join = _sha256, _HEADER.pack, b"".join
-    rows = []
+    rows: list[tuple[int, str, int, str, bytes, bytes]] = []
+    append = rows.append
     last_oid: str | None = None
     last_topic: str | None = None
-    oid_bytes = topic_bytes = b""
+    oid_bytes = topic_bytes = names = b""
     oid_length = topic_length = 0
     for oid, version, topic, state in events:
         position += 1
-        if oid is not last_oid:
-            last_oid, oid_bytes = oid, oid.encode()
-            oid_length = len(oid_bytes)
-        if topic is not last_topic:
-            last_topic, topic_bytes = topic, topic.encode()
-            topic_length = len(topic_bytes)
+        if oid is not last_oid or topic is not last_topic:
+            if oid is not last_oid:
+                last_oid, oid_bytes = oid, oid.encode()
+                oid_length = len(oid_bytes)
+            if topic is not last_topic:
+                last_topic, topic_bytes = topic, topic.encode()
+                topic_length = len(topic_bytes)
+            names = oid_bytes + topic_bytes  # hashed side by side: joined once
         header = pack(position, version, oid_length, topic_length, len(state))
-        previous = sha256(join((previous, header, oid_bytes, topic_bytes, state))).digest()
-        rows.append((position, oid, version, topic, state, previous))
+        previous = sha256(join((previous, header, names, state))).digest()
+        append((position, oid, version, topic, state, previous))
     return rows, previous
