@@ -101,6 +101,8 @@ def encode_events(events: Sequence[Event]) -> list[bytes]:
     so the lines are exactly the events' encodings; should one ever hold a newline,
     the batch is encoded an event at a time instead.
     """
+    if len(events) < 2:
+        return [_encoder.encode(events[0])] if events else []
     lines = _encoder.encode_lines(events).split(b"\n")
     if len(lines) != len(events) + 1:
         return [_encoder.encode(e) for e in events]
