@@ -9,13 +9,17 @@ import pytest
 
 from events import catalog
 from events.base import Event, utc_now
-from events.catalog import encode_event, encode_events
+from events.catalog import ONE_CALL_EVENTS, encode_event, encode_events
 from events.runs import AgentOutputRecorded, HeartbeatRecorded, RunCreated
 
 
 def mixed_batch() -> list[Event]:
     """Events of several types and streams, with strings that hold newlines, quotes,
-    braces and characters beyond ASCII."""
+    braces and characters beyond ASCII: enough of them to be encoded in one call."""
+    return [e for _ in range(ONE_CALL_EVENTS) for e in three_events()]
+
+
+def three_events() -> list[Event]:
     run, other = uuid4(), uuid4()
     return [
         RunCreated(
@@ -46,7 +50,8 @@ def test_a_batch_encodes_to_each_events_own_bytes() -> None:
     """encode_events gives exactly encode_event's bytes, event by event, whatever the text."""
     batch = mixed_batch()
     assert encode_events(batch) == [encode_event(e) for e in batch]
-    assert encode_events([]) == []
+    for few in (batch[:1], batch[:2], batch[: ONE_CALL_EVENTS - 1]):
+        assert encode_events(few) == [encode_event(e) for e in few]
 
 
 def test_a_batch_whose_lines_do_not_split_per_event_is_encoded_one_by_one(
