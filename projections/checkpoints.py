@@ -301,12 +301,16 @@ def is_stream_current(conn: apsw.Connection, stream: str) -> bool:
     row = conn.execute(_TRACKED, (CHECKPOINTS.name,)).fetchone()
     applied = 0 if row is None else int(row[0])
     seen = 0
-    for position, topic in conn.execute(_STREAM_NEWEST_FIRST, (stream, CURRENT_LOOKBACK)):
-        if position <= applied:
-            return True  # a stream's positions grow with its versions: the rest is applied
-        if topic in _HANDLED_TOPICS:
-            return False
-        seen += 1
+    rows = conn.execute(_STREAM_NEWEST_FIRST, (stream, CURRENT_LOOKBACK))
+    try:
+        for position, topic in rows:
+            if position <= applied:
+                return True  # a stream's positions grow with its versions: the rest is applied
+            if topic in _HANDLED_TOPICS:
+                return False
+            seen += 1
+    finally:
+        rows.close()  # a statement left part read would hold its read transaction open
     return seen < CURRENT_LOOKBACK
 
 
