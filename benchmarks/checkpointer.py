@@ -13,6 +13,9 @@ rounds.
 - ``checkpointer_overhead_us_{ours,sqlite}``: per-node time with the saver
   minus per-node time without one, i.e. what checkpointing adds to a node.
 - ``node_overhead_ratio``: ours / sqlite of that overhead (goal: <= 0.8).
+- ``node_overhead_fenced_ratio``: the same with the saver as a worker runs it (fenced).
+- ``node_overhead_cpu_ratio``, ``node_overhead_fenced_cpu_ratio``: the same two from the
+  process's CPU time (every thread's), steadier on a busy machine than the wall times.
 - ``node_time_ratio``: ours / sqlite of the whole per-node time.
 - ``saver_step_us_{ours,sqlite}`` and ``saver_step_ratio``: the savers alone,
   called directly in one thread (``put_writes`` then ``put`` per step, with
@@ -130,7 +133,7 @@ def bench(quick: bool) -> dict[str, float]:
         def per_node_us(name: str) -> float:
             graph = graphs[name]
             threads = [thread_id(name) for _ in range(invokes)]
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for thread in threads:
                 config = {"configurable": {"thread_id": thread}}
                 if name == "none":
@@ -143,11 +146,17 @@ def bench(quick: bool) -> dict[str, float]:
                     ours.flush()
                 elif name == "fenced":
                     fenced.flush()
+            cpu[name].append((time.process_time() - start_cpu) / (invokes * NODES) * 1e6)
             return (time.perf_counter() - start) / (invokes * NODES) * 1e6
 
         samples: dict[str, list[float]] = {name: [] for name in graphs}
+        #: This process's CPU (all its threads) per node: steadier than the wall times,
+        #: which the syncs' waits swing both ways on a busy disk.
+        cpu: dict[str, list[float]] = {name: [] for name in graphs}
         for name in graphs:  # warm up imports, tables and caches alike
             per_node_us(name)
+        for name in graphs:
+            cpu[name].clear()
         for _ in range(rounds):
             for name in graphs:
                 samples[name].append(per_node_us(name))
@@ -162,6 +171,8 @@ def bench(quick: bool) -> dict[str, float]:
         conn.close()
 
     median = {name: statistics.median(values) for name, values in samples.items()}
+    cpu_median = {name: statistics.median(values) for name, values in cpu.items()}
+    cpu_sqlite = cpu_median["sqlite"] - cpu_median["none"]
     overhead_ours = median["ours"] - median["none"]
     overhead_fenced = median["fenced"] - median["none"]
     overhead_sqlite = median["sqlite"] - median["none"]
@@ -178,6 +189,11 @@ def bench(quick: bool) -> dict[str, float]:
         "node_overhead_ratio": round(overhead_ours / overhead_sqlite, 3),
         # The saver as a worker runs it, checking the run's owner before each batch.
         "node_overhead_fenced_ratio": round(overhead_fenced / overhead_sqlite, 3),
+        # The same two ratios from this process's CPU time.
+        "node_overhead_cpu_ratio": round((cpu_median["ours"] - cpu_median["none"]) / cpu_sqlite, 3),
+        "node_overhead_fenced_cpu_ratio": round(
+            (cpu_median["fenced"] - cpu_median["none"]) / cpu_sqlite, 3
+        ),
         "node_time_ratio": round(median["ours"] / median["sqlite"], 3),
         "saver_step_us_ours": round(step_ours, 1),
         "saver_step_us_sqlite": round(step_sqlite, 1),

@@ -19,13 +19,23 @@ of another value): only then is the state looked at again, and refused with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from events import checkpoints, features, inbox, runs, settings, supervisor
 from events.base import VERSION_TAG, Event, Reader, reader_of, topic_of, upcast
 from events.errors import UnknownEventError
 
-__all__ = ["EVENT_CLASSES", "READERS", "check_versions", "decode_event", "encode_event", "topic_of"]
+__all__ = [
+    "EVENT_CLASSES",
+    "READERS",
+    "check_versions",
+    "decode_event",
+    "encode_event",
+    "encode_events",
+    "topic_of",
+]
 
 _MODULES = (runs, settings, inbox, supervisor, checkpoints, features)
 
@@ -81,6 +91,32 @@ _encoder = msgspec.json.Encoder()
 def encode_event(event: Event) -> bytes:
     """The stored bytes of an event: the whole Struct as compact JSON (its tag first)."""
     return _encoder.encode(event)
+
+
+#: From this many events on, ``encode_events`` encodes a batch in one call.
+ONE_CALL_EVENTS = 8
+
+
+def encode_events(events: Sequence[Event]) -> list[bytes]:
+    """Each event's ``encode_event`` bytes.
+
+    A batch of ``ONE_CALL_EVENTS`` or more (agent output, mostly: many small events)
+    is encoded in one call, as JSON lines, at about half the cost per small event
+    of a call each; cutting the lines apart copies them, which costs more than it
+    saves on the few big events of a checkpoint's batch, encoded one by one.
+    Compact JSON holds no newline byte (a newline in a string is escaped), so the
+    lines are exactly the events' encodings; should one ever hold a newline, the
+    batch is encoded an event at a time instead.
+    """
+    if len(events) == 1:
+        return [_encoder.encode(events[0])]
+    if len(events) < ONE_CALL_EVENTS:
+        return [_encoder.encode(e) for e in events]
+    lines = _encoder.encode_lines(events).split(b"\n")
+    if len(lines) != len(events) + 1:
+        return [_encoder.encode(e) for e in events]
+    del lines[-1]  # after the last newline
+    return lines
 
 
 def decode_event(topic: str, state: bytes) -> Event:

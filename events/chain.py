@@ -45,32 +45,40 @@ def chain_hash(
     return _sha256(b"".join((previous, header, originator_id, topic, state))).digest()
 
 
-def chained_rows(
+#: The columns of a stored event, in the events table's order.
+ROW_WIDTH = 6
+
+
+def chained_values(
     previous: bytes, position: int, events: Iterable[tuple[str, int, str, bytes]]
-) -> tuple[list[tuple[int, str, int, str, bytes, bytes]], bytes]:
+) -> tuple[list[int | str | bytes], bytes]:
     """Number and hash events that follow ``position`` (whose hash is ``previous``).
 
     ``events`` are (originator id, version, topic, state) as stored; the result is
-    the rows (position, originator id, version, topic, state, chain hash) and the
-    last hash. The same hash as ``chain_hash``, in one loop: a batch's events are
-    mostly one stream and a few topics, so an id or topic the same as the previous
-    event's is not encoded again.
+    the rows' columns one row after another (position, originator id, version,
+    topic, state, chain hash: ``ROW_WIDTH`` values each), ready to bind to a
+    many-row INSERT, and the last hash. The same hash as ``chain_hash``, in one
+    loop: a batch's events are mostly one stream and a few topics, so an id or
+    topic the same as the previous event's is not encoded again.
     """
     sha256, pack, join = _sha256, _HEADER.pack, b"".join
-    rows = []
+    values: list[int | str | bytes] = []
+    extend = values.extend
     last_oid: str | None = None
     last_topic: str | None = None
-    oid_bytes = topic_bytes = b""
+    oid_bytes = topic_bytes = names = b""
     oid_length = topic_length = 0
     for oid, version, topic, state in events:
         position += 1
-        if oid is not last_oid:
-            last_oid, oid_bytes = oid, oid.encode()
-            oid_length = len(oid_bytes)
-        if topic is not last_topic:
-            last_topic, topic_bytes = topic, topic.encode()
-            topic_length = len(topic_bytes)
+        if oid is not last_oid or topic is not last_topic:
+            if oid is not last_oid:
+                last_oid, oid_bytes = oid, oid.encode()
+                oid_length = len(oid_bytes)
+            if topic is not last_topic:
+                last_topic, topic_bytes = topic, topic.encode()
+                topic_length = len(topic_bytes)
+            names = oid_bytes + topic_bytes  # hashed side by side: joined once
         header = pack(position, version, oid_length, topic_length, len(state))
-        previous = sha256(join((previous, header, oid_bytes, topic_bytes, state))).digest()
-        rows.append((position, oid, version, topic, state, previous))
-    return rows, previous
+        previous = sha256(join((previous, header, names, state))).digest()
+        extend((position, oid, version, topic, state, previous))
+    return values, previous

@@ -41,7 +41,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
-from events.chain import GENESIS_HASH, chained_rows
+from events.chain import GENESIS_HASH, ROW_WIDTH, chained_values
 from events.sqlite_datastore import ApswDatastore, translate
 from events.sqlite_file import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -49,6 +49,17 @@ from events.sqlite_file import (
     TRACKING_DDL,
     events_table_ddl,
 )
+
+#: The most rows one INSERT of a batch of events writes. A batch goes in as statements
+#: of ``MOST_ROWS`` rows, then of powers of two (100 events: 64, 32 and 4 rows): one
+#: statement of many rows costs SQLite and apsw less per row than a statement a row,
+#: and the few sizes keep the connection's statement cache small.
+MOST_ROWS = 64
+INSERT_ROWS = tuple(1 << bit for bit in range(MOST_ROWS.bit_length()))
+#: Up to this many bytes of state per event on average, a batch goes in as many-row
+#: INSERTs; bigger events go in a statement a row, which then costs less (measured:
+#: 10% less per row with states of 200 bytes, 10% to 30% more from 600 bytes on).
+MANY_ROW_STATE_BYTES = 320
 
 
 class ApswRecorder(Recorder):
@@ -79,7 +90,11 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
             f"SELECT notification_id, chain_hash FROM {events_table_name} "
             "ORDER BY notification_id DESC LIMIT 1"
         )
-        self._insert = f"INSERT INTO {events_table_name} VALUES (?,?,?,?,?,?)"
+        self._insert_many = {
+            rows: f"INSERT INTO {events_table_name} VALUES "
+            + ",".join(["(" + ",".join("?" * ROW_WIDTH) + ")"] * rows)
+            for rows in INSERT_ROWS
+        }
 
     def construct_create_table_statements(self) -> list[str]:
         return events_table_ddl(self.events_table_name)
@@ -116,9 +131,20 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
             return []
         last = c.execute(self._select_last).fetchone()
         position, previous = (int(last[0]), bytes(last[1])) if last else (0, GENESIS_HASH)
-        chained = chained_rows(previous, position, rows)[0]
-        c.executemany(self._insert, chained)
-        return list(range(position + 1, position + 1 + len(chained)))
+        values = chained_values(previous, position, rows)[0]
+        if len(rows) == 1:
+            c.execute(self._insert_many[1], values)
+        elif sum(len(row[3]) for row in rows) > len(rows) * MANY_ROW_STATE_BYTES:
+            c.executemany(self._insert_many[1], zip(*[iter(values)] * ROW_WIDTH, strict=True))
+        else:
+            done, left = 0, len(rows)
+            while left:
+                count = MOST_ROWS if left >= MOST_ROWS else 1 << (left.bit_length() - 1)
+                width = count * ROW_WIDTH
+                c.execute(self._insert_many[count], values[done : done + width])
+                done += width
+                left -= count
+        return list(range(position + 1, position + 1 + len(rows)))
 
     def select_events(
         self,

@@ -38,7 +38,7 @@ from eventsourcing.persistence import (
 
 from events.base import Event
 from events.catalog import decode_event as decode
-from events.catalog import encode_event as encode
+from events.catalog import encode_events as encode_all
 from events.catalog import topic_of
 from events.errors import ConcurrencyError, StoreError, StoreUnavailableError, UnknownEventError
 from events.mapper import MsgspecMapper
@@ -75,20 +75,20 @@ def _encoded(events: Sequence[Event]) -> list[tuple[str, int, str, bytes]]:
     """Each event's stored columns: (originator id as hex, version, topic, state).
 
     A batch is mostly one stream and a few event types: their hex id and topic
-    are computed once each.
+    are computed once each, and the states are encoded in one call.
     """
     rows = []
     last: UUID | None = None
     last_kind: type[Event] | None = None
     oid = topic = ""
-    for e in events:
+    for e, state in zip(events, encode_all(events), strict=False):  # one state per event
         if e.originator_id is not last:
             last = e.originator_id
             oid = last.hex
         if type(e) is not last_kind:
             last_kind = type(e)
             topic = topic_of(last_kind)
-        rows.append((oid, e.originator_version, topic, encode(e)))
+        rows.append((oid, e.originator_version, topic, state))
     return rows
 
 

@@ -11,6 +11,9 @@ Deleting is an event too (``ThreadDeleted``, ``ThreadPruned``,
 the same deletions at the same place in the log, so it gives the same tables.
 Every handler writes through the cursor at once (never deferred), because
 deletions must see the rows saved before them in the same batch.
+Every handler changes only the rows of its own event's stream: the saver's reads
+rely on it to skip a catch-up for a stream whose checkpoint events are all applied
+(``is_stream_current``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import NamedTuple
 
 import apsw
 
-from events.base import Event
+from events.base import Event, topic_of
 from events.checkpoints import (
     CheckpointSaved,
     RunCheckpointsDeleted,
@@ -154,6 +157,10 @@ CHECKPOINTS = Projection(
 
 # -- queries: what the saver reads ------------------------------------------------------
 
+#: How many of a stream's newest events ``is_stream_current`` looks through at most.
+CURRENT_LOOKBACK = 256
+_HANDLED_TOPICS = frozenset(topic_of(t) for t in CHECKPOINTS.handlers)
+
 
 class CheckpointRow(NamedTuple):
     """A checkpoint as LangGraph saved it (serialized)."""
@@ -237,10 +244,10 @@ _NEWEST = (
     "SELECT checkpoint_id FROM checkpoints WHERE stream=? AND checkpoint_ns=? "
     "ORDER BY checkpoint_id DESC LIMIT 1"
 )
-_STREAM_IS_CURRENT = (
-    "SELECT coalesce((SELECT notification_id FROM stored_events WHERE originator_id=? "
-    "ORDER BY originator_version DESC LIMIT 1), 0) <= coalesce((SELECT notification_id "
-    "FROM tracking WHERE application_name=?), 0)"
+_TRACKED = "SELECT notification_id FROM tracking WHERE application_name=?"
+_STREAM_NEWEST_FIRST = (
+    "SELECT notification_id, topic FROM stored_events WHERE originator_id=? "
+    "ORDER BY originator_version DESC LIMIT ?"
 )
 _HAS_ROWS = (
     "SELECT 1 FROM checkpoints WHERE stream=? "
@@ -281,9 +288,30 @@ class ReadSnapshot:
 
 
 def is_stream_current(conn: apsw.Connection, stream: str) -> bool:
-    """Whether this projection has applied the newest event of ``stream`` (hex), if any."""
-    row = conn.execute(_STREAM_IS_CURRENT, (stream, CHECKPOINTS.name)).fetchone()
-    return bool(row is not None and row[0])
+    """Whether this projection has applied every event of ``stream`` (hex) that it handles.
+
+    Every handler changes only the rows of its event's own stream, so the stream's rows
+    are current once its checkpoint events are applied, whatever else came after them:
+    a worker's run stream gains run events (started, a heartbeat) before the graph
+    reads its checkpoints, and those need no catch-up (which would fold every
+    projection up to the end of the log). Looks at the stream's newest events back to
+    the projection's position, at most ``CURRENT_LOOKBACK`` of them: past that the
+    answer is no, and the caller catches up.
+    """
+    row = conn.execute(_TRACKED, (CHECKPOINTS.name,)).fetchone()
+    applied = 0 if row is None else int(row[0])
+    seen = 0
+    rows = conn.execute(_STREAM_NEWEST_FIRST, (stream, CURRENT_LOOKBACK))
+    try:
+        for position, topic in rows:
+            if position <= applied:
+                return True  # a stream's positions grow with its versions: the rest is applied
+            if topic in _HANDLED_TOPICS:
+                return False
+            seen += 1
+    finally:
+        rows.close()  # a statement left part read would hold its read transaction open
+    return seen < CURRENT_LOOKBACK
 
 
 def has_stream_rows(conn: apsw.Connection, stream: str) -> bool:

@@ -8,8 +8,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from uuid import uuid4
+from uuid import UUID, uuid4
 
+import apsw
 import pytest
 from eventsourcing.persistence import StoredEvent
 
@@ -114,6 +115,43 @@ def test_append_conflict_leaves_nothing_behind(store: EventStore) -> None:
         store.append(batch)
     assert store.load(other) == []
     assert store.max_position() == 1
+
+
+def test_a_batch_of_many_statements_is_stored_or_refused_whole(store: EventStore) -> None:
+    """A batch bigger than one INSERT (101 events: 64, 32, 4 and 1 rows) is stored with
+    consecutive positions, each event readable and the chain intact, and so is a batch of
+    big events (a statement a row); one whose 90th version is taken stores nothing, its
+    first 64 rows included."""
+    from events.audit import verify_chain
+    from events.runs import HeartbeatRecorded
+
+    def beats(stream: UUID, versions: range, host: str = "h") -> list[HeartbeatRecorded]:
+        return [
+            HeartbeatRecorded(
+                originator_id=stream, originator_version=v, timestamp=utc_now(), pid=v, host=host
+            )
+            for v in versions
+        ]
+
+    stream = uuid4()
+    assert store.append(beats(stream, range(1, 102))) == list(range(1, 102))
+    assert [e.originator_version for e in store.load(stream)] == list(range(1, 102))
+    big = uuid4()  # events big enough to go in a statement a row
+    assert store.append(beats(big, range(1, 11), host="h" * 1000)) == list(range(102, 112))
+    assert [e.originator_version for e in store.load(big)] == list(range(1, 11))
+    taken = uuid4()
+    store.append(beats(taken, range(90, 91)))
+    with pytest.raises(ConcurrencyError):
+        store.append(beats(taken, range(1, 101)))
+    assert [e.originator_version for e in store.load(taken)] == [90]
+    assert store.max_position() == 112
+    conn = apsw.Connection(str(store.path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        report = verify_chain(conn)
+    finally:
+        conn.close()
+    assert report.ok
+    assert report.events == 112
 
 
 def test_events_round_trip_typed(store: EventStore) -> None:

@@ -10,9 +10,12 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
+from events.base import utc_now
+from events.runs import HeartbeatRecorded
 from events.store import EventStore
 from projections.catch_up import catch_up
 from projections.checkpoints import (
+    CURRENT_LOOKBACK,
     ReadSnapshot,
     get_checkpoint_row,
     get_newest_checkpoint_id,
@@ -69,6 +72,49 @@ def test_stream_is_current_once_caught_up(
     catch_up(conn)
     assert is_stream_current(conn, STREAM)
     assert has_stream_rows(conn, STREAM)
+
+
+def heartbeats(store: EventStore, count: int) -> None:
+    """Append ``count`` run events (none the projection handles) to THREAD's stream."""
+    stream = thread_stream_id(THREAD)
+    after = store.stream_version(stream)
+    store.append(
+        [
+            HeartbeatRecorded(
+                originator_id=stream,
+                originator_version=after + i,
+                timestamp=utc_now(),
+                pid=1,
+                host="h",
+                node="n",
+            )
+            for i in range(1, count + 1)
+        ]
+    )
+
+
+def test_stream_stays_current_through_events_the_projection_ignores(
+    saver: EventStoreCheckpointSaver, store: EventStore, conn: apsw.Connection
+) -> None:
+    """Run events after the stream's applied checkpoints leave it current (no catch-up is
+    needed to read it); a checkpoint after them, or one hidden behind more of them than
+    the look-back, does not."""
+    save_two(saver)
+    catch_up(conn)
+    heartbeats(store, 3)
+    assert is_stream_current(conn, STREAM)
+    save_two(saver)
+    assert not is_stream_current(conn, STREAM)
+    heartbeats(store, CURRENT_LOOKBACK + 1)
+    assert not is_stream_current(conn, STREAM)
+    catch_up(conn)
+    assert is_stream_current(conn, STREAM)
+
+
+def test_a_stream_of_run_events_only_is_current(store: EventStore, conn: apsw.Connection) -> None:
+    """A run's stream with no checkpoint yet (a worker's first read) needs no catch-up."""
+    heartbeats(store, 2)
+    assert is_stream_current(conn, STREAM)
 
 
 def test_queries_read_what_the_saver_wrote(

@@ -326,3 +326,26 @@ def test_a_checkpoint_of_shep_0_1_0_reads_as_state_version_1(shep_home: Path) ->
     assert found is not None
     assert found.metadata["source"] == "loop"
     assert "shep_state_version" not in found.metadata
+
+
+def test_a_workers_first_read_of_its_run_folds_no_projection(
+    store: EventStore, saver: EventStoreCheckpointSaver, db_path: Path
+) -> None:
+    """A run whose stream holds only run events since the projections' position (created,
+    started, a heartbeat: what a worker finds before its graph's first read) is read without
+    a catch-up: the projections stay where they were, yet the run's checkpoints are seen."""
+    run_id = new_run(store)
+    put(saver, run_id.hex)
+    assert saver.get_tuple({"configurable": {"thread_id": run_id.hex}}) is not None
+    record_heartbeat(store, run_id, pid=os.getpid(), host="here", node="a")
+    other = new_run(store)  # unapplied events of another stream
+    tracked = "SELECT notification_id FROM tracking WHERE application_name='runs'"
+    conn = apsw.Connection(str(db_path))
+    try:
+        before = conn.execute(tracked).fetchall()
+        found = saver.get_tuple({"configurable": {"thread_id": run_id.hex}})
+        assert conn.execute(tracked).fetchall() == before
+    finally:
+        conn.close()
+    assert found is not None
+    assert saver.get_tuple({"configurable": {"thread_id": other.hex}}) is None
