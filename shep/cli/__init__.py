@@ -16,7 +16,7 @@ import apsw
 import click
 
 from events.display import printable
-from events.errors import ShepError
+from events.errors import ShepError, StoreError
 from events.sqlite_file import home_from_env, store_error
 from events.words import counted
 from shep.cli.render import ProgressLine, say_on_stderr
@@ -59,21 +59,8 @@ _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
 #: `replay` writes nothing at all (the orphan check would append events).
 #: `supervisor` decides items of any run: a run it resumes is started by it, not orphaned.
 #: `doctor` reports on the home as it is, and changes nothing of it.
-#: `settings` must work on a home whose copy of a shared store cannot be read (to point the
-#: home elsewhere), and marks nothing.
 _NO_ORPHAN_CHECK = frozenset(
-    {
-        "_worker",
-        "_await",
-        "_keep",
-        "workflows",
-        "demo",
-        "audit",
-        "replay",
-        "supervisor",
-        "doctor",
-        "settings",
-    }
+    {"_worker", "_await", "_keep", "workflows", "demo", "audit", "replay", "supervisor", "doctor"}
 )
 #: Commands that only read: on a shared store they read this home's copy of the log as it
 #: is while a keeper keeps it current (``projections.keeper``), and start one when none runs.
@@ -193,18 +180,29 @@ def cli(ctx: click.Context, debug: bool) -> None:
     if ctx.obj.store_file_error is not None:
         return  # the settings group refuses every command but the repair
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
-        interrupted: list[str] = []
-        if ctx.obj.may_have_orphans():  # one indexed look; most of the time nothing runs
-            from shep.runs.recovery import mark_orphans
+        try:
+            _look_for_work(ctx.obj, ctx.invoked_subcommand)
+        except StoreError:
+            if ctx.invoked_subcommand not in _REPAIRING:
+                raise
+            # `shep settings` points a home elsewhere, so it runs on a store it cannot read
+            # (a shared store's copy made from another log): it says so itself if it reads.
 
-            interrupted = mark_orphans(ctx.obj)
-        if interrupted:
-            click.echo(_interrupted_notice(interrupted, ctx.invoked_subcommand), err=True)
-        if ctx.obj.inbox_busy():  # one indexed look; most of the time nothing waits
-            from shep.runs.inbox_watch import check_inbox
 
-            # The inbox commands show or decide the items themselves; the others mention them.
-            check_inbox(ctx.obj, notice=ctx.invoked_subcommand not in _INBOX_COMMANDS)
+def _look_for_work(runtime: Runtime, command: str | None) -> None:
+    """Mark the runs whose worker is gone, and mention what waits in the inbox."""
+    interrupted: list[str] = []
+    if runtime.may_have_orphans():  # one indexed look; most of the time nothing runs
+        from shep.runs.recovery import mark_orphans
+
+        interrupted = mark_orphans(runtime)
+    if interrupted:
+        click.echo(_interrupted_notice(interrupted, command), err=True)
+    if runtime.inbox_busy():  # one indexed look; most of the time nothing waits
+        from shep.runs.inbox_watch import check_inbox
+
+        # The inbox commands show or decide the items themselves; the others mention them.
+        check_inbox(runtime, notice=command not in _INBOX_COMMANDS)
 
 
 def _asks_for_help(args: list[str]) -> bool:

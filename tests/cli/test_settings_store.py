@@ -19,9 +19,11 @@ import psycopg
 import pytest
 
 from events.postgres_url import where
+from events.store import EventStore
 from projections.mirror import copy_file
 from shep.home.secrets import load_store_url
 from tests.cli.test_store_migrate import (
+    changed,
     closed_port,
     files_holding,
     one_error_line,
@@ -347,3 +349,28 @@ def test_settings_show_with_the_server_away(shep_home: Path, own_pg_server: Post
             r"Showing this machine's copy of the log \(copied \d+s ago, 3 events\)\.\n$",
             away.stderr,
         )
+
+
+def test_settings_work_on_a_copy_that_cannot_be_read(
+    shep_home: Path, pg_server: PostgresServer
+) -> None:
+    """The saved store was recreated at the same address (another log under its name): the
+    home's copy is refused by every command, but `shep settings store` still moves the
+    home, back to its own shep.db here, which every command then reads."""
+    url = pg_server.database()
+    shep("settings", "store", "--url", url, check=True)
+    shep("settings", "set", "heartbeat_interval", "5", check=True)
+    assert shown()["copied_events"] == 1
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    assert pg_server.database(name) == url
+    with EventStore(url) as store:
+        store.append([changed(1, "6")])
+    refused = shep("status")
+    assert "was made from another store" in one_error_line(refused)
+
+    back = shep("settings", "store", "--local")
+    assert back.returncode == 0, back.stderr
+    assert back.stdout == f"store: this home's own SQLite file {shep_home / 'shep.db'}\n"
+    assert shep("status", check=True).stdout.startswith("No runs yet.")
