@@ -88,6 +88,8 @@ class Direct:
     resume: Callable[[CliSetup, str, str | None], list[str]]
     write_tool: Callable[[FakeLLM, Path], list[str]]  # enqueue a file write; extra argv
     check_401: Callable[[Run], None]
+    #: How many times the CLI may send the (identical) model call that gets the 401.
+    calls_on_401: int = 1
 
 
 def _claude_401(run: Run) -> None:
@@ -224,6 +226,10 @@ DIRECT = {
         resume=lambda cli, p, s: ["run", "--format", "json", "--session", str(s), p],
         write_tool=_write_then_done("write", {"filePath": "TARGET", "content": FILE_CONTENT}, []),
         check_401=_opencode_401,
+        # opencode 1.18 now and then sends the main call again, byte for byte, about 2.6 s
+        # after the first 401 (a retry, though it says isRetryable:false): seen in 1 run of
+        # 25 and in 1 of 32 under load. Its title call is not counted.
+        calls_on_401=2,
     ),
     "continue": Direct(
         argv=_continue_argv,
@@ -266,13 +272,16 @@ def test_json_mode_returns_the_scripted_text(agent: str, cli: CliSetup, fake_llm
 def test_401_gives_the_documented_exit_and_shape(
     agent: str, cli: CliSetup, fake_llm: FakeLLM
 ) -> None:
-    """A 401 from the API surfaces as the README documents, after a single model call."""
+    """A 401 from the API surfaces as the README documents, after a single model call (or
+    its one repeat, for a CLI known to repeat it), never a retry loop."""
     fake_llm.enqueue_error(401, times=None)
 
     run = cli.run(DIRECT[agent].argv(cli, "Say hello"))
 
     DIRECT[agent].check_401(run)
-    assert len(fake_llm.model_requests) == 1
+    calls = fake_llm.model_requests
+    assert 1 <= len(calls) <= DIRECT[agent].calls_on_401, [c.outcome for c in calls]
+    assert {c.dumps() for c in calls} == {calls[0].dumps()}
 
 
 @pytest.mark.parametrize("agent", AGENTS)
