@@ -17,6 +17,7 @@ import fcntl
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from itertools import groupby
@@ -27,7 +28,7 @@ import apsw
 
 from events.catalog import EVENT_CLASSES, decode_event
 from events.errors import StoreError, UnknownEventError
-from events.sqlite_file import immediate_transaction, store_error
+from events.sqlite_file import connect, immediate_transaction, store_error
 from projections.base import Batch, Folded, Handler, Projection, SegmentHandler, Writer
 from projections.fold import iso_time, views_of
 from projections.mirror import pull_registered
@@ -129,13 +130,23 @@ def _apply_next(
     """Apply the events past the slowest of ``tracked`` to the projections behind each;
     return how many were read and the last one's position (0: none).
     """
-    rows = cast(list[Row], conn.execute(_SELECT, (min(tracked.values()), batch_size)).fetchall())
-    if not rows:
-        return 0, 0
-    batch = Batch(cursor)
-    _apply(batch, rows, projections, tracked)
-    batch.flush()
-    return len(rows), rows[-1][0]
+    rows = _read(conn, min(tracked.values()), batch_size)
+    _apply_rows(cursor, projections, tracked, rows)
+    return len(rows), rows[-1][0] if rows else 0
+
+
+def _read(conn: apsw.Connection, after: int, count: int) -> list[Row]:
+    """The next ``count`` events of the log past position ``after``."""
+    return cast(list[Row], conn.execute(_SELECT, (after, count)).fetchall())
+
+
+def _apply_rows(
+    cursor: Writer, projections: Sequence[Projection], tracked: dict[str, int], rows: list[Row]
+) -> None:
+    if rows:
+        batch = Batch(cursor)
+        _apply(batch, rows, projections, tracked)
+        batch.flush()
 
 
 def _apply(
@@ -305,25 +316,29 @@ def _rebuild(
             for statement in projection.ddl:
                 if not statement.startswith("CREATE INDEX"):
                     shadow.execute(statement)
-    # The new tables take a WAL's worth of pages: checkpointing every 80 MiB instead of
-    # every 4 MiB saves most of the checkpoints' syncs meanwhile.
+    # A thread of its own reads the next batch while this connection commits the last,
+    # and copies what the commits appended to the WAL into the file (a checkpoint) while
+    # this one folds: instead of these commits doing it every 80 MiB, in turn.
     (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
-    conn.execute("PRAGMA wal_autocheckpoint=20000")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    ahead = _Ahead(conn.filename)
     try:
         position = replayed = 0
         total = head_position(conn)
+        rows = ahead.read(position, batch_size).result()
         while True:
             with immediate_transaction(conn):
-                read, last = _apply_next(
-                    conn, shadow, projections, dict.fromkeys(names, position), batch_size
-                )
-            replayed += read
-            position = last or position
+                _apply_rows(shadow, projections, dict.fromkeys(names, position), rows)
+                later = ahead.read(rows[-1][0], batch_size) if len(rows) == batch_size else None
+            ahead.checkpoint()
+            replayed += len(rows)
+            position = rows[-1][0] if rows else position
             total = max(total, position)
             if progress is not None:
                 progress(RebuildProgress(names, position, total, reason=reason))
-            if read < batch_size:
+            if later is None:
                 break
+            rows = later.result()
         with immediate_transaction(conn):
             while True:  # what was appended since the last batch, under the write lock
                 read, last = _apply_next(
@@ -337,9 +352,52 @@ def _rebuild(
         if progress is not None:
             progress(RebuildProgress(names, position, position, finished=True, reason=reason))
     finally:
+        ahead.close()
         with suppress(apsw.Error):
             conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
     return replayed
+
+
+class _Ahead:
+    """A thread and connection of a rebuild's own, for its calls into SQLite that need not
+    hold it up: reading the log's next batch while the rebuild's connection commits
+    the last, and checkpointing while it folds the next.
+
+    SQLite runs both without Python's lock, so they take the machine's other core.
+    The reads see the log as committed, which is all a batch reads; what is
+    appended meanwhile, the rebuild applies under the write lock at its end. The
+    checkpoints are PASSIVE: they never wait for a writer or a reader, nor hold
+    one up, and only save time. One that fails leaves its pages to the next, or to
+    the automatic checkpoint the rebuild restores when it ends.
+    """
+
+    def __init__(self, filename: str) -> None:
+        self._filename = filename
+        self._conn: apsw.Connection | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="shep-rebuild")
+
+    def read(self, after: int, count: int) -> Future[list[Row]]:
+        """The next ``count`` events past position ``after``, read in the thread."""
+        return self._pool.submit(lambda: _read(self._connection(), after, count))
+
+    def checkpoint(self) -> None:
+        """Checkpoint what the WAL holds, in the thread (after what it was given before)."""
+        self._pool.submit(self._checkpoint)
+
+    def close(self) -> None:
+        """Wait for the call under way, drop the rest, and close the connection."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _connection(self) -> apsw.Connection:
+        if self._conn is None:
+            self._conn = connect(self._filename)
+        return self._conn
+
+    def _checkpoint(self) -> None:
+        with suppress(apsw.Error):
+            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 def _swap(conn: apsw.Connection, projections: Sequence[Projection], position: int) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import apsw
 import pytest
 
-from events.errors import UnknownEventError
+from events.errors import StoreError, UnknownEventError
 from events.store import EventStore
 from projections.catch_up import catch_up, rebuild
 from projections.database import open_database
@@ -96,3 +97,56 @@ def test_a_later_version_of_a_folded_type_is_refused_not_misread(
     with pytest.raises(UnknownEventError, match=r"version 2 of events\.runs:AgentOutputRecorded"):
         fold(conn)
     assert snapshot(conn) == before
+
+
+def test_what_is_appended_while_a_rebuild_reads_ahead_is_in_its_tables(
+    store: EventStore, db_path: Path
+) -> None:
+    """A rebuild reads its next batch in a thread of its own while it commits the last;
+    runs written between its batches, read ahead of or not, are in the tables it swaps in,
+    as catching up gives them."""
+    conn = open_database(db_path)
+    build_history(store, conn, runs=20, seed=11)
+    rng = random.Random(12)
+    written: list[int] = []
+
+    def append_between_batches(_: object) -> None:
+        if len(written) < 5:
+            written.append(1)
+            random_run(store, rng)
+            if rng.random() < 0.5:
+                random_decisions(store, random_run(store, rng), rng)
+
+    replayed = rebuild(conn, batch_size=61, progress=append_between_batches)
+
+    assert len(written) == 5
+    assert replayed == store.recorder.max_notification_id()
+    rebuilt = snapshot(conn)
+    fresh = open_database(db_path)
+    rebuild(fresh, batch_size=5000)
+    assert snapshot(fresh) == rebuilt
+    catch_up(conn)
+    assert snapshot(conn) == rebuilt
+
+
+def test_a_rebuild_leaves_no_thread_and_the_store_checkpointing_as_before(
+    store: EventStore, db_path: Path
+) -> None:
+    """The rebuild's own thread and connection are gone when it ends, as they are when it
+    fails; the store checkpoints its WAL automatically again, as it did before."""
+    conn = open_database(db_path)
+    build_history(store, conn, runs=10, seed=13)
+    conn.execute("PRAGMA wal_autocheckpoint=777")
+
+    rebuild(conn, batch_size=50)
+
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(777,)]
+    assert not [t for t in threading.enumerate() if t.name.startswith("shep-rebuild")]
+    run_id = random_run(store, random.Random(14))
+    store.recorder.insert_rows(
+        [(run_id.hex, store.stream_version(run_id) + 1, "events.runs:NoSuchEvent", b"{}")]
+    )
+    with pytest.raises(StoreError, match="NoSuchEvent"):
+        rebuild(conn, batch_size=50)
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(777,)]
+    assert not [t for t in threading.enumerate() if t.name.startswith("shep-rebuild")]
