@@ -318,7 +318,7 @@ def _rebuild(
                     shadow.execute(statement)
     # A thread of its own reads the next batch while this connection commits the last,
     # and copies what the commits appended to the WAL into the file (a checkpoint) while
-    # this one folds: instead of these commits doing it every 80 MiB, in turn.
+    # this one folds, instead of these commits doing it in turn.
     (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
     conn.execute("PRAGMA wal_autocheckpoint=0")
     ahead = _Ahead(conn.filename)
@@ -358,6 +358,10 @@ def _rebuild(
     return replayed
 
 
+#: How many pages (of 4 KiB) a rebuild lets the WAL grow to before it starts over.
+_RESTART_WAL_PAGES = 16_384
+
+
 class _Ahead:
     """A thread and connection of a rebuild's own, for its calls into SQLite that need not
     hold it up: reading the log's next batch while the rebuild's connection commits
@@ -375,14 +379,25 @@ class _Ahead:
         self._filename = filename
         self._conn: apsw.Connection | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shep-rebuild")
+        #: The pages the WAL held at the end of the last checkpoint since it started over.
+        self._wal_pages = 0
 
     def read(self, after: int, count: int) -> Future[list[Row]]:
         """The next ``count`` events past position ``after``, read in the thread."""
         return self._pool.submit(lambda: _read(self._connection(), after, count))
 
     def checkpoint(self) -> None:
-        """Checkpoint what the WAL holds, in the thread (after what it was given before)."""
-        self._pool.submit(self._checkpoint)
+        """Checkpoint what the WAL holds, in the thread (after what it was given before).
+
+        The WAL starts over only at a write transaction that finds all of it copied
+        into the file. So once it holds ``_RESTART_WAL_PAGES``, this waits for the
+        checkpoint (the last batch's pages: the rest was copied while it was folded),
+        and the rebuild's next transaction writes the WAL from its start again.
+        """
+        done = self._pool.submit(self._checkpoint)
+        if self._wal_pages >= _RESTART_WAL_PAGES:
+            done.result()
+            self._wal_pages = 0
 
     def close(self) -> None:
         """Wait for the call under way, drop the rest, and close the connection."""
@@ -397,7 +412,8 @@ class _Ahead:
 
     def _checkpoint(self) -> None:
         with suppress(apsw.Error):
-            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            for _, pages, _ in self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)"):
+                self._wal_pages = int(pages)
 
 
 def _swap(conn: apsw.Connection, projections: Sequence[Projection], position: int) -> None:
