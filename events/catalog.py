@@ -108,8 +108,6 @@ def encode_events(events: Sequence[Event]) -> list[bytes]:
     lines are exactly the events' encodings; should one ever hold a newline, the
     batch is encoded an event at a time instead.
     """
-    if len(events) == 1:
-        return [_encoder.encode(events[0])]
     if len(events) < ONE_CALL_EVENTS:
         return [_encoder.encode(e) for e in events]
     lines = _encoder.encode_lines(events).split(b"\n")

@@ -132,9 +132,7 @@ class ApswAggregateRecorder(ApswRecorder, AggregateRecorder):
         last = c.execute(self._select_last).fetchone()
         position, previous = (int(last[0]), bytes(last[1])) if last else (0, GENESIS_HASH)
         values = chained_values(previous, position, rows)[0]
-        if len(rows) == 1:
-            c.execute(self._insert_many[1], values)
-        elif sum(len(row[3]) for row in rows) > len(rows) * MANY_ROW_STATE_BYTES:
+        if len(rows) > 1 and sum(len(row[3]) for row in rows) > len(rows) * MANY_ROW_STATE_BYTES:
             c.executemany(self._insert_many[1], zip(*[iter(values)] * ROW_WIDTH, strict=True))
         else:
             done, left = 0, len(rows)

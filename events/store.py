@@ -81,7 +81,7 @@ def _encoded(events: Sequence[Event]) -> list[tuple[str, int, str, bytes]]:
     last: UUID | None = None
     last_kind: type[Event] | None = None
     oid = topic = ""
-    for e, state in zip(events, encode_all(events), strict=False):  # one state per event
+    for e, state in zip(events, encode_all(events), strict=True):
         if e.originator_id is not last:
             last = e.originator_id
             oid = last.hex

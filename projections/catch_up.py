@@ -17,12 +17,11 @@ import fcntl
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import apsw
 
@@ -44,6 +43,9 @@ from projections.state import (
     stored_versions,
 )
 from projections.tables import PROJECTION_VERSIONS
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _TRACK = (
     "INSERT INTO tracking VALUES (?, ?) ON CONFLICT (application_name) DO UPDATE "
@@ -376,6 +378,8 @@ class _Ahead:
     """
 
     def __init__(self, filename: str) -> None:
+        from concurrent.futures import ThreadPoolExecutor  # a rebuild's alone: not on every read
+
         self._filename = filename
         self._conn: apsw.Connection | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shep-rebuild")
