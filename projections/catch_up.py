@@ -421,16 +421,28 @@ class _Ahead:
 
 
 def _swap(conn: apsw.Connection, projections: Sequence[Projection], position: int) -> None:
-    """In the caller's transaction: put the new tables in place of the current ones."""
-    for projection in projections:
-        for table in projection.tables:
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
-            conn.execute(f"ALTER TABLE {SHADOW_PREFIX}{table} RENAME TO {table}")
-        for statement in projection.ddl:
-            if statement.startswith("CREATE INDEX"):
-                conn.execute(statement)
-        conn.execute("INSERT OR REPLACE INTO tracking VALUES (?, ?)", (projection.name, position))
-        record_version(conn, projection)
+    """In the caller's transaction: put the new tables in place of the current ones.
+
+    The indexes are made here, on the filled tables: one sort each, and SQLite sorts
+    a big one (the logs', a million rows and more) about a fifth faster with a helper
+    thread.
+    """
+    (threads,) = conn.execute("PRAGMA threads").fetchone() or (0,)
+    conn.execute("PRAGMA threads=1")
+    try:
+        for projection in projections:
+            for table in projection.tables:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+                conn.execute(f"ALTER TABLE {SHADOW_PREFIX}{table} RENAME TO {table}")
+            for statement in projection.ddl:
+                if statement.startswith("CREATE INDEX"):
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT OR REPLACE INTO tracking VALUES (?, ?)", (projection.name, position)
+            )
+            record_version(conn, projection)
+    finally:
+        conn.execute(f"PRAGMA threads={int(threads)}")
 
 
 def _drop_shadows(conn: apsw.Connection) -> None:

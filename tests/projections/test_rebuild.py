@@ -134,14 +134,17 @@ def test_a_rebuild_leaves_no_thread_and_the_store_checkpointing_as_before(
     store: EventStore, db_path: Path
 ) -> None:
     """The rebuild's own thread and connection are gone when it ends, as they are when it
-    fails; the store checkpoints its WAL automatically again, as it did before."""
+    fails; the store checkpoints its WAL automatically again, and sorts with as many
+    helper threads, as it did before."""
     conn = open_database(db_path)
     build_history(store, conn, runs=10, seed=13)
     conn.execute("PRAGMA wal_autocheckpoint=777")
+    conn.execute("PRAGMA threads=3")
 
     rebuild(conn, batch_size=50)
 
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(777,)]
+    assert conn.execute("PRAGMA threads").fetchall() == [(3,)]  # the swap's sorts took 1
     assert not [t for t in threading.enumerate() if t.name.startswith("shep-rebuild")]
     run_id = random_run(store, random.Random(14))
     store.recorder.insert_rows(
