@@ -17,7 +17,7 @@ import fcntl
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
@@ -321,10 +321,7 @@ def _rebuild(
     # A thread of its own reads the next batch while this connection commits the last,
     # and copies what the commits appended to the WAL into the file (a checkpoint) while
     # this one folds, instead of these commits doing it in turn.
-    (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone() or (1000,)
-    conn.execute("PRAGMA wal_autocheckpoint=0")
-    ahead = _Ahead(conn.filename)
-    try:
+    with _pragma(conn, "wal_autocheckpoint", 0), closing(_Ahead(conn.filename)) as ahead:
         position = replayed = 0
         total = head_position(conn)
         rows = ahead.read(position, batch_size).result()
@@ -353,10 +350,6 @@ def _rebuild(
             _swap(conn, projections, position)
         if progress is not None:
             progress(RebuildProgress(names, position, position, finished=True, reason=reason))
-    finally:
-        ahead.close()
-        with suppress(apsw.Error):
-            conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
     return replayed
 
 
@@ -427,9 +420,7 @@ def _swap(conn: apsw.Connection, projections: Sequence[Projection], position: in
     a big one (the logs', a million rows and more) about a fifth faster with a helper
     thread.
     """
-    (threads,) = conn.execute("PRAGMA threads").fetchone() or (0,)
-    conn.execute("PRAGMA threads=1")
-    try:
+    with _pragma(conn, "threads", 1):
         for projection in projections:
             for table in projection.tables:
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
@@ -441,8 +432,19 @@ def _swap(conn: apsw.Connection, projections: Sequence[Projection], position: in
                 "INSERT OR REPLACE INTO tracking VALUES (?, ?)", (projection.name, position)
             )
             record_version(conn, projection)
+
+
+@contextmanager
+def _pragma(conn: apsw.Connection, name: str, value: int) -> Iterator[None]:
+    """The connection's integer setting ``name`` at ``value`` for the block, then as it was
+    (even when the block fails)."""
+    (before,) = conn.execute(f"PRAGMA {name}").fetchone() or (value,)
+    conn.execute(f"PRAGMA {name}={value}")
+    try:
+        yield
     finally:
-        conn.execute(f"PRAGMA threads={int(threads)}")
+        with suppress(apsw.Error):
+            conn.execute(f"PRAGMA {name}={int(before)}")
 
 
 def _drop_shadows(conn: apsw.Connection) -> None:

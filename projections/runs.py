@@ -166,13 +166,14 @@ class _Runs:
         run_id = str(row["run_id"])
         self._runs[run_id] = row
         self._new.add(run_id)
+        if row["version"] == 1:
+            # Its stream's first event: no event of the stream made a node row before it.
+            self._nodes.setdefault(run_id, {})
 
-    def nodes(self, run_id: str, *, new: bool = False) -> dict[str, Row]:
-        """The run's node rows by node name (``new``: the run has none in the table)."""
+    def nodes(self, run_id: str) -> dict[str, Row]:
+        """The run's node rows by node name."""
         nodes = self._nodes.get(run_id)
-        if nodes is None and new:
-            nodes = self._nodes[run_id] = {}
-        elif nodes is None:
+        if nodes is None:
             rows = self._cursor.execute(_SELECT_NODES, (run_id,)).fetchall()
             nodes = self._nodes[run_id] = {
                 str(row[1]): dict(zip(_NODE, row, strict=True)) for row in rows
@@ -237,8 +238,7 @@ def _created(b: Batch, event: Event) -> None:
             "last_position": b.position,
         }
     )
-    # A run's first event: no event of its stream made a node row before it.
-    nodes = runs.nodes(b.stream, new=event.originator_version == 1)
+    nodes = runs.nodes(b.stream)
     for seq, node in enumerate(event.node_names):
         if node not in nodes:  # the first of a name stands
             nodes[node] = {

@@ -171,10 +171,7 @@ def test_a_rebuild_starts_the_wal_over_as_it_goes(
     build_history(store, conn, runs=120, seed=15)
     store.close()
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    if restart_pages is not None:
-        monkeypatch.setattr(catch_up_module, "_RESTART_WAL_PAGES", restart_pages)
-    else:
-        monkeypatch.setattr(catch_up_module, "_RESTART_WAL_PAGES", 1 << 40)
+    monkeypatch.setattr(catch_up_module, "_RESTART_WAL_PAGES", restart_pages or 1 << 40)
 
     rebuild(conn, batch_size=40)
 
