@@ -90,6 +90,18 @@ class MergeConflicted(Event, frozen=True, kw_only=True):
     files: tuple[str, ...]
 
 
+class ReviewedTreeRestored(Event, frozen=True, kw_only=True):
+    """The worktree's files had changed since the merge gate showed them (they made the
+    tree ``found``), so before committing the merge put them back to ``approved``, the
+    tree the gate showed and its approval names. What had changed is kept in the
+    snapshot commit ``kept`` (empty: none could be made).
+    """
+
+    approved: str
+    found: str
+    kept: str
+
+
 class MergePrepared(Event, frozen=True, kw_only=True):
     """The squash commit of the branch is made (``commit``, with ``tree``, on top of
     ``onto``, the tip of ``into``) and ``into`` is about to be moved to it.

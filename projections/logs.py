@@ -12,6 +12,7 @@ from events.features import (
     MergeConflicted,
     MergePrepared,
     PullRequestOpened,
+    ReviewedTreeRestored,
     TaskCompleted,
     TaskStarted,
     TestsRan,
@@ -183,6 +184,13 @@ _FEATURE_LINES: dict[type[Event], Callable[[Any], tuple[str, str | None, str]]] 
         "feature.conflict",
         "merge",
         f"merging into {e.into} conflicts in: {', '.join(e.files)}",
+    ),
+    ReviewedTreeRestored: lambda e: (
+        "feature.restored",
+        "merge",
+        f"the files changed after the merge gate showed them: put back to the tree it "
+        f"approved ({e.approved[:12]}) before the merge"
+        + (f"; the changes are kept in snapshot {e.kept[:10]}" if e.kept else ""),
     ),
     MergePrepared: lambda e: (
         "feature.merging",

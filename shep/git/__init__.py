@@ -43,6 +43,7 @@ from shep.git.repo import (
 )
 from shep.git.snapshots import (
     commit_all,
+    files_tree,
     restore,
     restore_paths,
     snapshot,
@@ -62,6 +63,7 @@ __all__ = [
     "describe_files",
     "diff_stat",
     "dirty_files",
+    "files_tree",
     "free_branch_name",
     "has_remote",
     "newest_ref_number",

@@ -10,13 +10,22 @@ directory of its own whose config names any command. So every git command of she
 
 - runs with ``-c core.hooksPath=/dev/null`` (no hook at all) unless ``Checkout.hooks``
   (the ``merge_hooks`` setting, for the merge in the user's checkout only),
-  ``core.fsmonitor=false``, ``commit.gpgSign=false``, ``submodule.recurse=false``;
+  ``core.fsmonitor=false``, ``commit.gpgSign=false``, ``log.showSignature=false``
+  (verifying a signature runs ``gpg.program``), ``submodule.recurse=false``;
+- talks to no server but to push (``protocol.allow=never``, ``GIT_NO_LAZY_FETCH``): a
+  config can make a repository a partial clone whose missing objects git fetches on
+  demand from a "remote" whose ``uploadpack`` is any command, or a local path;
 - unless it surely reads no file nor merges contents, with every filter driver of git's config
   emptied and every merge driver replaced by git's own ``merge-file``, unless
   ``Checkout.drivers`` (the ``git_filters`` setting: git-lfs needs them);
 - addresses a feature worktree through the git directory shep made and recorded
   (``GIT_DIR``/``GIT_WORK_TREE``), after checking that the worktree's ``.git`` file still
-  names it: :class:`WorktreeLinkChangedError` otherwise, and nothing runs;
+  names it, and that directory's ``commondir`` file (which the agent's own git writes
+  beside) still names the repository it was made in, not one the agent made:
+  :class:`WorktreeLinkChangedError` otherwise, and nothing runs;
+- in the user's own checkout, works on the files of the work tree git finds from the
+  path (``GIT_WORK_TREE``), never on the directory a ``core.worktree`` names: a config
+  the agent writes would otherwise snapshot files from anywhere;
 - gets ``LC_ALL=C`` (we read and quote git's English messages), ``GIT_TERMINAL_PROMPT=0``
   (a background worker must never wait on a password prompt), ``GIT_OPTIONAL_LOCKS=0``
   (our ``git status`` must not rewrite the user's index behind their back),
@@ -94,9 +103,15 @@ _COMMAND_VARS = frozenset({"GIT_EXTERNAL_DIFF"})
 _SAFE_CONFIG = (
     "core.fsmonitor=false",
     "commit.gpgSign=false",
+    "log.showSignature=false",
     "submodule.recurse=false",
 )
 _NO_HOOKS = "core.hooksPath=/dev/null"
+#: No transport at all (fetching, on demand too, runs commands a config names), but to push.
+_NO_NETWORK = "protocol.allow=never"
+_NETWORK_COMMANDS = frozenset({"push"})
+# The commands that make a repository: the work tree of one around them is not theirs.
+_NEW_REPOSITORY_COMMANDS = frozenset({"init", "clone"})
 
 # The commands that never read a work-tree file nor merge contents, so run no filter or
 # merge driver: only the others pay for reading the config's drivers. (Writing an index,
@@ -134,6 +149,22 @@ class Checkout:
     drivers: bool = False
 
     @cached_property
+    def work_tree(self) -> Path | None:
+        """The root of the work tree ``path`` is in: ``path`` for a feature worktree; else
+        the nearest directory up from it that holds a ``.git``, as git finds it, and never
+        what a ``core.worktree`` of the repository's config says (None: in no work tree).
+        """
+        if self.git_dir is not None:
+            return self.path
+        here = Path(os.path.abspath(self.path))
+        for place in (here, *here.parents):
+            if os.path.lexists(place / ".git"):
+                return place
+            if _is_git_directory(place):  # a bare repository, or inside a .git directory
+                return None
+        return None
+
+    @cached_property
     def driver_overrides(self) -> tuple[str, ...]:
         """``-c`` options that disable every driver git's config defines here (read once)."""
         done = _run(self, ("config", "-z", "--name-only", "--get-regexp", _DRIVER_KEYS), {})
@@ -146,6 +177,11 @@ class Checkout:
             else:
                 options += ["-c", f"{key}={_PLAIN_MERGE}"]
         return tuple(options)
+
+
+def _is_git_directory(path: Path) -> bool:
+    """Whether ``path`` looks like a git directory to git: ``HEAD``, ``objects``, ``refs``."""
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 
 def checkout(where: StrPath | Checkout) -> Checkout:
@@ -239,6 +275,7 @@ def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCAL_VARS | _COMMAND_VARS}
     env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_PAGER="cat")
+    env.update(GIT_NO_LAZY_FETCH="1")  # git 2.44 on; protocol.allow stops older ones
     env.update(extra or {})
     return env
 
@@ -252,13 +289,19 @@ def _run(
     doing: str = "run git",
 ) -> subprocess.CompletedProcess[str]:
     env = environment()
+    args = tuple(args)
+    command = subcommand(args)
     if tree.git_dir is not None:
         check_link(tree.path, tree.git_dir)
         env.update(GIT_DIR=os.fspath(tree.git_dir), GIT_WORK_TREE=os.fspath(tree.path))
+    elif tree.work_tree is not None and command not in _NEW_REPOSITORY_COMMANDS:
+        env.update(GIT_WORK_TREE=os.fspath(tree.work_tree))
     env.update(extra)
     safe = [option for value in _SAFE_CONFIG for option in ("-c", value)]
     if not tree.hooks:
         safe += ["-c", _NO_HOOKS]
+    if command not in _NETWORK_COMMANDS:
+        safe += ["-c", _NO_NETWORK]
     try:
         return subprocess.run(
             ["git", "-C", os.fspath(tree.path), *safe, *args],
@@ -275,8 +318,7 @@ def _run(
         raise GitError(_NO_GIT) from e
     except subprocess.TimeoutExpired as e:
         raise GitError(
-            f"Cannot {doing}: git {subcommand(tuple(args))} did not finish within "
-            f"{timeout:g}s in {tree.path}."
+            f"Cannot {doing}: git {command} did not finish within {timeout:g}s in {tree.path}."
         ) from e
 
 
@@ -318,12 +360,13 @@ def check_link(worktree: Path, git_dir: Path) -> None:
             found = f"is a symbolic link to {os.readlink(link)}"
         elif stat.S_ISDIR(mode):
             found = "is a directory (a git repository of its own)"
+        elif not stat.S_ISREG(mode):
+            found = "is not a file"
         else:
-            with open(link, "rb") as f:
-                text = f.read(4097).decode("utf-8", "replace").strip()
+            text = _small_text(link)
             target = text.removeprefix("gitdir:").strip()
-            named = Path(target) if os.path.isabs(target) else worktree / target
-            if text.startswith("gitdir:") and os.path.realpath(named) == os.path.realpath(git_dir):
+            if text.startswith("gitdir:") and _names(worktree, target, git_dir):
+                _check_common_dir(git_dir)
                 return
             found = f"says {text[:200]!r}"
     except FileNotFoundError:
@@ -337,6 +380,49 @@ def check_link(worktree: Path, git_dir: Path) -> None:
         "something in the worktree rewrote it, so shep runs no git there and stops. Put "
         f"back `gitdir: {git_dir}` in {link} if you trust the worktree, then `shep resume`."
     )
+
+
+def _check_common_dir(git_dir: Path) -> None:
+    """Check that the ``commondir`` file of a worktree's git directory (``<common
+    dir>/worktrees/<name>``, as ``git worktree add`` makes it) still names that common
+    directory; WorktreeLinkChangedError otherwise. git takes the objects, refs and config
+    from the directory it names: one the agent made would get shep's snapshots and run
+    the commands its config names.
+    """
+    if git_dir.parent.name != "worktrees":
+        return
+    common = git_dir.parent.parent
+    path = git_dir / "commondir"
+    try:
+        text = _small_text(path)
+        if _names(git_dir, text, common):
+            return
+        found = f"says {text[:200]!r}"
+    except OSError as e:
+        found = f"cannot be read ({e.strerror})"
+    raise WorktreeLinkChangedError(
+        f"{path} {found}, not the repository shep made this worktree in ({common}): "
+        "something rewrote it, so shep runs no git there and stops. Put back `../..` in "
+        f"{path} if you trust the worktree, then `shep resume`."
+    )
+
+
+def _small_text(path: Path) -> str:
+    """The text of the small regular file ``path``, stripped (not through a link, and never
+    waiting on a named pipe); OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        return os.read(fd, 4097).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+
+
+def _names(base: Path, target: str, wanted: Path) -> bool:
+    """Whether ``target`` (absolute, or relative to ``base``) is the directory ``wanted``."""
+    named = Path(target) if os.path.isabs(target) else base / target
+    return os.path.realpath(named) == os.path.realpath(wanted)
 
 
 def _reads_files(args: tuple[str, ...]) -> bool:

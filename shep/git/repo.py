@@ -276,7 +276,9 @@ def newest_ref_number(repo: Where, prefix: str) -> int:
 
 
 def tree_of(repo: Where, commit: str) -> str:
-    """The sha of ``commit``'s tree: the same for the same files, whatever the history."""
+    """The sha of ``commit``'s tree (or of the tree ``commit`` names): the same for the
+    same files, whatever the history. GitError when it names neither.
+    """
     done = run_git(
         repo,
         "rev-parse",
@@ -285,5 +287,10 @@ def tree_of(repo: Where, commit: str) -> str:
         "--end-of-options",
         f"{commit}^{{tree}}",
         doing=f"read the tree of {commit}",
+        ok=(0, 1, 128),
     )
-    return done.stdout.strip()
+    sha = done.stdout.strip()
+    if done.returncode != 0 or not sha:
+        where = checkout(repo).path
+        raise GitError(f"{commit!r} is not a commit (nor a tree) in {where}; check the sha.")
+    return sha

@@ -18,7 +18,7 @@ from shep.git.command import (
     run_git,
     run_git_as_author,
 )
-from shep.git.repo import Where, resolve_commit
+from shep.git.repo import Where, resolve_commit, tree_of
 
 
 def _index_and_head(worktree: Checkout) -> tuple[Path, str | None]:
@@ -104,8 +104,18 @@ def snapshot(worktree: Where, ref: str, *, message: str) -> str:
     return commit
 
 
+def files_tree(worktree: Where) -> str:
+    """The tree of the worktree's files as they are now, as ``snapshot`` would commit them
+    (tracked and untracked, not ignored); HEAD, the index and the branch untouched.
+    """
+    at = checkout(worktree)
+    with _private_index(_index_and_head(at)[0]) as env:
+        return _write_tree(at, env)
+
+
 def restore(worktree: Where, commit: str) -> None:
-    """Make the worktree's files exactly those of ``commit``'s tree: changed files are
+    """Make the worktree's files exactly those of ``commit``'s tree (or of the tree
+    ``commit`` is): changed files are
     rewritten, missing ones created, and files not in the tree removed, whether tracked
     or untracked (ignored files are left alone). HEAD, the branch and the real index are
     not touched, so afterwards ``git status`` shows the restored work as uncommitted
@@ -118,7 +128,7 @@ def restore(worktree: Where, commit: str) -> None:
     files as expendable there). Git writes no file through a symbolic link.
     """
     at = checkout(worktree)
-    target = resolve_commit(at, commit)
+    target = tree_of(at, commit)
     with _private_index(_index_and_head(at)[0]) as env:
         current = _write_tree(at, env)
         run_git(

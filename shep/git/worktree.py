@@ -17,6 +17,7 @@ file says (see ``shep.git.command``).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -69,15 +70,25 @@ def inside_worktree(root: StrPath, path: StrPath, *, leaf_link: bool = False) ->
 def read_inside(root: StrPath, path: StrPath, *, limit: int = READ_LIMIT) -> bytes:
     """The bytes of the file ``path`` inside ``root`` (checked by :func:`inside_worktree`;
     the file is opened without following a link made since). OSError as ``open`` raises
-    it (FileNotFoundError for a missing file); UnsafePathError for a path that leads out.
+    it (FileNotFoundError for a missing file, IsADirectoryError for a directory);
+    UnsafePathError for a path that leads out, or that is no regular file: a named pipe
+    would block the read until someone writes to it, a device read forever, so neither
+    is opened for reading, nor read.
     """
     target = inside_worktree(root, path)
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Non-blocking: opening a named pipe for reading waits for a writer otherwise.
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         if os.path.islink(target):
             raise UnsafePathError(f"{path} became a symbolic link; shep leaves it alone.") from e
         raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(target))
+        raise UnsafePathError(f"{path} is not a regular file; shep leaves it alone.")
     with os.fdopen(fd, "rb") as f:
         return f.read(limit)
 

@@ -23,6 +23,7 @@ from events.features import (
     MergeConflicted,
     MergePrepared,
     PullRequestOpened,
+    ReviewedTreeRestored,
     TaskCompleted,
     TaskStarted,
     TestsRan,
@@ -318,7 +319,7 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
         "commits": commits,
         "tests": tests,
         # What the merge gate approves, by content: the base and the worktree's tree.
-        "tree": git.tree_of(io.repo, head),
+        "tree": git.tree_of(worktree, head),
     }
     return {"review": review}
 
@@ -393,7 +394,17 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             _remove_worktree(io, delete_branch=merged, reason=reason)
         return {"route": "done"}
     title = _title(io, state)
-    git.commit_all(_worktree(io), f"{title}\n\nshep feature run {io.run_id[:8]}")
+    worktree = _worktree(io)
+    approved = _approved_tree(state)
+    if approved:
+        _back_to_the_approved_tree(io, worktree, approved)
+    git.commit_all(worktree, f"{title}\n\nshep feature run {io.run_id[:8]}")
+    if approved and git.tree_of(worktree, "HEAD") != approved:
+        raise StepFailedError(
+            f"the files of {io.repo} changed while shep committed them, so they are not what "
+            f"the merge gate approved (tree {approved[:12]}); nothing was merged. "
+            f"`shep resume {io.run_id[:8]}` merges what was approved."
+        )
     if (inputs.get("pr") or inputs.get("push")) and _publish(io, title):
         return {"route": "done"}
     drivers = bool(io.setting("git_filters"))
@@ -429,6 +440,31 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
         io.message(f"nothing to merge: {branch} has no changes against {base}")
     _remove_worktree(io, delete_branch=True, reason="merged" if squash.commit else "no changes")
     return {"route": "done", "merge": {"commit": squash.commit, "conflicts": [], "dirty": []}}
+
+
+def _approved_tree(state: Mapping[str, Any]) -> str:
+    """The tree the merge gate showed (and its approval names), which the merge commits;
+    empty after a conflict, which the user (or the resolve step, on their word) resolves
+    on the branch, and for a review recorded before shep named the tree.
+    """
+    if (state.get("merge") or {}).get("conflicts"):
+        return ""
+    return str((state.get("review") or {}).get("tree") or "")
+
+
+def _back_to_the_approved_tree(io: StepIO, worktree: Checkout, approved: str) -> None:
+    """Put the worktree's files back to the tree the merge gate approved when they changed
+    since (a process the agent left running, say): what is merged is what was approved.
+    What changed is kept in a snapshot first, and recorded (``ReviewedTreeRestored``).
+    """
+    from shep import git
+
+    found = git.files_tree(worktree)
+    if found == approved:
+        return
+    kept = io.snapshot("changed after review") or ""
+    git.restore(worktree, approved)
+    io.append(ReviewedTreeRestored, approved=approved, found=found, kept=kept)
 
 
 def _found_merge(io: StepIO, history: Sequence[Any]) -> bool:

@@ -397,3 +397,118 @@ def test_read_inside_reads_no_file_through_a_link(tmp_path: Path) -> None:
         read_inside(root, "link.yaml")
     with pytest.raises(FileNotFoundError):
         read_inside(root, "missing.yaml")
+
+
+@pytest.mark.timeout(20)
+def test_read_inside_opens_no_named_pipe_and_reads_no_directory(tmp_path: Path) -> None:
+    """A named pipe the agent made where a file is expected (``package.json``) is refused at
+    once: opening it to read would wait for a writer forever. A directory is an OSError,
+    as reading one is.
+    """
+    root = tmp_path / "root"
+    root.mkdir()
+    os.mkfifo(root / "package.json")
+    (root / "specs").mkdir()
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        read_inside(root, "package.json")
+    with pytest.raises(IsADirectoryError):
+        read_inside(root, "specs")
+
+
+# --- the repository's config names another repository, or another work tree ------------------
+
+
+def _promisor(repository: Path, remote: Path, ran: Path) -> None:
+    """Make ``repository`` a partial clone of ``remote``, whose objects git fetches on demand
+    by running ``uploadpack``: a command that writes ``ran`` first."""
+    git(repository, "config", "core.repositoryformatversion", "1")
+    git(repository, "config", "extensions.partialClone", "origin")
+    git(repository, "config", "remote.origin.url", str(remote))
+    git(repository, "config", "remote.origin.promisor", "true")
+    git(repository, "config", "remote.origin.uploadpack", f'echo ran >> "{ran}"; git-upload-pack')
+
+
+def test_no_object_is_fetched_on_demand_from_the_users_checkout(repo: Path, tmp_path: Path) -> None:
+    """The agent, working in the user's checkout (``shep run``), makes it a partial clone
+    whose "remote" runs a command, and deletes an object a snapshot needs: git would fetch
+    it on demand and run the command. shep's snapshot fetches nothing, runs nothing and
+    fails in one line. (Plain git runs the command.)
+    """
+    ran = tmp_path / "uploadpack-ran"
+    remote = make_repo(tmp_path / "remote")
+    _promisor(repo, remote, ran)
+    head = git(repo, "rev-parse", "HEAD").strip()
+    (repo / ".git" / "objects" / head[:2] / head[2:]).unlink()
+    (repo / "new.txt").write_text("agent work\n")
+    with pytest.raises(GitError) as e:
+        snapshot(repo, "refs/shep/runs/r/1", message="s")
+    assert "\n" not in str(e.value)
+    assert not ran.exists()
+
+    subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "-p", head], check=False, capture_output=True
+    )
+    assert ran.exists()
+
+
+def test_a_rewritten_commondir_stops_every_git_command_and_runs_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The agent rewrites the ``commondir`` file of its worktree's git directory (its own
+    git writes beside it) to name a repository it made: a partial clone whose "remote"
+    runs a command. Every git operation shep makes there refuses in one line, nothing
+    lands in either repository and the command never runs. (Plain git, by the
+    worktree's path, follows ``commondir`` and runs it.)
+    """
+    tree = feature_worktree(repo, tmp_path)
+    assert tree.git_dir is not None
+    ran = tmp_path / "uploadpack-ran"
+    evil = tmp_path / "evil.git"
+    git(tmp_path, "init", "-q", "--bare", str(evil))
+    _promisor(evil, make_repo(tmp_path / "remote"), ran)
+    (tree.git_dir / "commondir").write_text(f"{evil}\n")
+    (tree.path / "new.txt").write_text("agent work\n")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    operations: list[Callable[[], Any]] = [
+        lambda: snapshot(tree, "refs/shep/runs/r/1", message="s"),
+        lambda: commit_all(tree, "m"),
+        lambda: restore(tree, base),
+        lambda: dirty_files(tree),
+    ]
+    for operation in operations:
+        with pytest.raises(WorktreeLinkChangedError) as e:
+            operation()
+        assert f"{tree.git_dir / 'commondir'} says" in str(e.value)
+        assert "\n" not in str(e.value)
+    assert not ran.exists()
+    assert git(repo, "for-each-ref", "refs/shep").strip() == ""
+    assert not (evil / "refs" / "shep").exists()
+
+    (tree.git_dir / "commondir").write_text("../..\n")  # put back, as the message says
+    assert snapshot(tree, "refs/shep/runs/r/1", message="s")
+    (tree.git_dir / "commondir").write_text(f"{evil}\n")
+    blob = git(repo, "rev-parse", "HEAD:a.txt").strip()
+    subprocess.run(
+        ["git", "-C", str(tree.path), "cat-file", "-p", blob], check=False, capture_output=True
+    )
+    assert ran.exists()
+
+
+def test_a_snapshot_of_the_users_checkout_takes_its_files_whatever_core_worktree_says(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The agent sets ``core.worktree`` of the user's checkout to a directory outside it:
+    shep's snapshot still takes the checkout's own files, and none from there. (Plain git
+    takes that directory for the work tree.)
+    """
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("SECRET KEY\n")
+    git(repo, "config", "core.worktree", str(outside))
+    (repo / "new.txt").write_text("agent work\n")
+    sha = snapshot(repo, "refs/shep/runs/r/1", message="s")
+    files = git(repo, "ls-tree", "-r", "--name-only", sha).split()
+    assert "id_rsa" not in files
+    assert {"new.txt", "a.txt", "src/app.py"} <= set(files)
+
+    assert "id_rsa" in git(repo, "status", "--porcelain", "--untracked-files=all")

@@ -25,6 +25,7 @@ import pytest
 from events.features import (
     FeatureMerged,
     MergePrepared,
+    ReviewedTreeRestored,
     TaskCompleted,
     WorktreeCreated,
     WorktreeRemoved,
@@ -35,12 +36,14 @@ from tests.shep.workflows.conftest import FeatureAgent, git
 from tests.shep.workflows.test_feature_workflow import (
     assert_merged,
     branches,
+    decide,
     feat_new,
     inbox,
     only_run,
     run_events,
     show,
     snapshot_refs,
+    tree_files,
 )
 from tests.support.cli import shep
 from tests.support.event_log import of_type, read_events, wait_until
@@ -172,6 +175,41 @@ def test_an_agent_that_rewrites_the_git_file_stops_the_run_and_nothing_of_it_run
     assert len(refs) >= 3  # analyze .. plan: every node before the agent rewrote .git
     assert of_type(events, TaskCompleted) == []
     assert git(repo, "rev-parse", "main") == old_tip
+
+
+@pytest.mark.slow
+def test_files_changed_after_the_merge_gate_was_shown_are_not_merged(
+    repo: Path, agent: FeatureAgent, shep_home: Path
+) -> None:
+    """While the merge gate waits, something the agent left running adds a file to the
+    worktree and rewrites the approved one. Approved, the merge takes exactly the tree the
+    gate showed (its approval names that tree); what changed is kept in a snapshot, and
+    the run's log says so.
+    """
+    old_tip = git(repo, "rev-parse", "HEAD")
+    shown = feat_new(repo, "--fast")
+    assert shown.returncode == 0, shown.stderr
+    run_id = only_run(shep_home)
+    [gate] = inbox()
+    [created] = of_type(run_events(shep_home, run_id), WorktreeCreated)
+    worktree = Path(created.path)
+    (worktree / "backdoor.py").write_text("import os\n")
+    (worktree / "src" / "fast.py").write_text("FAST = 'changed after review'\n")
+
+    decide("approve", gate["item_id"][:8])
+    tip = assert_merged(repo, shep_home, run_id, old_tip=old_tip)
+    assert tree_files(repo, tip) == ["README.md", "src/app.py", "src/fast.py"]
+    assert show(repo, tip, "src/fast.py") == "FAST = True\n"
+    kept = [sha for sha in snapshot_refs(repo, run_id) if "backdoor.py" in tree_files(repo, sha)]
+    assert len(kept) == 1
+    assert show(repo, kept[0], "src/fast.py") == "FAST = 'changed after review'\n"
+    [restored] = of_type(run_events(shep_home, run_id), ReviewedTreeRestored)
+    assert restored.approved == git(repo, "rev-parse", f"{tip}^{{tree}}")
+    assert restored.found == git(repo, "rev-parse", f"{kept[0]}^{{tree}}")
+    assert restored.kept == kept[0]
+    logged = shep("logs", run_id[:8], check=True).stdout
+    assert f"put back to the tree it approved ({restored.approved[:12]})" in logged
+    assert f"kept in snapshot {kept[0][:10]}" in logged
 
 
 # -- restoring a cut-off task ------------------------------------------------------------------
