@@ -181,35 +181,34 @@ def restore_paths(worktree: Where, commit: str, paths: Sequence[str]) -> list[st
     return refused
 
 
-def commit_all(worktree: Where, message: str) -> str | None:
-    """Stage everything (``add -A``) and commit it on the worktree's branch; the new
-    commit's sha, or None when nothing changed. No hook runs (see ``shep.git.command``):
+def commit_all(worktree: Where, message: str, *, branch: str) -> str | None:
+    """Stage everything (``add -A``) and commit it on ``branch``, the worktree's branch; the
+    new commit's sha, or None when nothing changed. No hook runs (see ``shep.git.command``):
     the commits are shep's record of the agent's work, not the user's.
+
+    The commit is made on ``branch`` by name (its ref moved from the tip the commit was made
+    on, compare-and-set), never through the worktree's HEAD: the agent can point HEAD at
+    another branch, the user's base say, and shep would then commit there.
     """
     at = checkout(worktree)
+    ref = f"refs/heads/{branch}"
     run_git(at, "add", "-A", doing=f"stage the files of {at.path}")
-    staged = run_git(
-        at,
-        "diff",
-        "--cached",
-        "--quiet",
-        "--no-ext-diff",
-        "--no-textconv",
-        doing="check for staged changes",
-        ok=(0, 1),
-    )
-    if staged.returncode == 0:
+    tree = run_git(at, "write-tree", doing="write a tree").stdout.strip()
+    tip = resolve_commit(at, ref)
+    if tree_of(at, tip) == tree:
         return None
-    run_git_as_author(
+    commit = run_git_as_author(
+        at, "commit-tree", tree, "-p", tip, "-m", message, doing=f"commit in {at.path}"
+    ).stdout.strip()
+    run_git(
         at,
-        "commit",
-        "--quiet",
-        "--no-verify",
-        "--no-gpg-sign",
+        "update-ref",
         "-m",
-        message,
-        doing=f"commit in {at.path}",
+        f"shep: {message.splitlines()[0] if message else 'commit'}",
+        ref,
+        commit,
+        tip,
+        doing=f"move {branch} to its new commit",
+        fix=f"{branch} moved meanwhile; retry.",
     )
-    head = _index_and_head(at)[1]
-    assert head is not None  # we just committed
-    return head
+    return commit

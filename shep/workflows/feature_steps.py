@@ -398,8 +398,8 @@ def merge(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     approved = _approved_tree(state)
     if approved:
         _back_to_the_approved_tree(io, worktree, approved)
-    git.commit_all(worktree, f"{title}\n\nshep feature run {io.run_id[:8]}")
-    if approved and git.tree_of(worktree, "HEAD") != approved:
+    git.commit_all(worktree, f"{title}\n\nshep feature run {io.run_id[:8]}", branch=branch)
+    if approved and git.tree_of(worktree, f"refs/heads/{branch}") != approved:
         raise StepFailedError(
             f"the files of {io.repo} changed while shep committed them, so they are not what "
             f"the merge gate approved (tree {approved[:12]}); nothing was merged. "

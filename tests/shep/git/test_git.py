@@ -361,7 +361,7 @@ def test_add_worktree_reuses_a_branch_left_by_a_crash(repo: Path, tmp_path: Path
     path = tmp_path / "wt"
     add_worktree(repo, path, "feat/a", base)
     (path / "p.txt").write_text("p\n")
-    commit_all(path, "progress")
+    commit_all(path, "progress", branch="feat/a")
     tip = git(repo, "rev-parse", "feat/a").strip()
     subprocess.run(["rm", "-rf", str(path)], check=True)
     add_worktree(repo, path, "feat/a", base)
@@ -486,7 +486,7 @@ def test_snapshot_in_a_linked_worktree(repo: Path, tmp_path: Path) -> None:
     tree = tmp_path / "wt"
     add_worktree(repo, tree, "feat/s", base)
     (tree / "x.txt").write_text("x\n")
-    commit_all(tree, "first")
+    commit_all(tree, "first", branch="feat/s")
     (tree / "y.txt").write_text("y\n")
     before = state(tree)
     sha = snapshot(tree, "refs/shep/runs/r/1", message="s")
@@ -603,23 +603,23 @@ def test_restore_an_unknown_commit(repo: Path) -> None:
 
 def test_commit_all(repo: Path) -> None:
     """Nothing changed: None. Otherwise every file (untracked too) in one new commit."""
-    assert commit_all(repo, "nothing") is None
+    assert commit_all(repo, "nothing", branch="main") is None
     old = git(repo, "rev-parse", "HEAD").strip()
     make_changes(repo)
-    sha = commit_all(repo, "work")
+    sha = commit_all(repo, "work", branch="main")
     assert sha == git(repo, "rev-parse", "HEAD").strip()
     assert git(repo, "rev-parse", "HEAD^").strip() == old
     assert git(repo, "status", "--porcelain") == ""
     assert "new/dir/file.txt" in tree_files(repo, sha)
     assert "run.log" not in tree_files(repo, sha)
-    assert commit_all(repo, "again") is None
+    assert commit_all(repo, "again", branch="main") is None
 
 
 def test_commit_all_without_identity_uses_shep(tmp_path: Path) -> None:
     """No user identity configured: the commit is shep's rather than failing."""
     path = make_repo(tmp_path / "r", identity=False)
     (path / "n.txt").write_text("n\n")
-    sha = commit_all(path, "work")
+    sha = commit_all(path, "work", branch="main")
     assert sha is not None
     assert git(path, "log", "-1", "--format=%an <%ae>").strip() == "shep <shep@localhost>"
 

@@ -89,7 +89,7 @@ def test_no_hook_runs_in_any_git_operation_of_shep(repo: Path, tmp_path: Path) -
     snapshot(tree, "refs/shep/runs/r/1", message="task t1")
     restore(tree, base)
     (tree.path / "new.txt").write_text("agent work, again\n")
-    commit_all(tree, "the feature")
+    commit_all(tree, "the feature", branch="feat")
     squash = prepare_squash(repo, "main", "feat", "Squash feat")
     assert squash.commit is not None
     advance_base(repo, squash)
@@ -112,7 +112,7 @@ def test_merge_hooks_run_the_repositorys_hooks_at_the_merge_only(
     husky(repo, markers)
     tree = feature_worktree(repo, tmp_path)
     (tree.path / "f.txt").write_text("f\n")
-    commit_all(tree, "the feature")
+    commit_all(tree, "the feature", branch="feat")
     squash = prepare_squash(repo, "main", "feat", "Squash feat")
     assert not markers.exists()
     advance_base(repo, squash, hooks=True)
@@ -149,7 +149,7 @@ def test_a_rewritten_git_file_stops_every_git_command_and_runs_nothing(
     base = git(repo, "rev-parse", "HEAD").strip()
     operations: list[Callable[[], Any]] = [
         lambda: snapshot(tree, "refs/shep/runs/r/1", message="s"),
-        lambda: commit_all(tree, "m"),
+        lambda: commit_all(tree, "m", branch="feat"),
         lambda: restore(tree, base),
         lambda: dirty_files(tree),
     ]
@@ -222,7 +222,7 @@ def test_a_merge_driver_is_replaced_by_gits_own_merge(repo: Path, tmp_path: Path
     git(repo, "commit", "-q", "-m", "attributes")
     tree = feature_worktree(repo, tmp_path)
     (tree.path / "a.txt").write_text("one\ntwo\nTHREE\n")
-    commit_all(tree, "feature edit")
+    commit_all(tree, "feature edit", branch="feat")
     (repo / "a.txt").write_text("ONE\ntwo\nthree\n")
     git(repo, "commit", "-q", "-am", "main edit")
     squash = prepare_squash(repo, "main", "feat", "Squash feat")
@@ -286,19 +286,19 @@ def _kill(*pids: int) -> None:
 
 def test_locks_left_by_a_killed_git_are_removed(repo: Path, tmp_path: Path) -> None:
     """A git SIGKILLed while it held HEAD.lock and the branch's lock leaves them behind;
-    shep's next commit there finds no live git holding them, removes them and commits.
+    shep's next commit there (by the branch's name) finds no live git holding the
+    branch's lock, removes it and commits.
     """
     tree = feature_worktree(repo, tmp_path)
     git_pid, hook_pid = _git_stopped_holding_its_locks(tree, tmp_path)
     _kill(git_pid, hook_pid)
     assert tree.git_dir is not None
-    head_lock = tree.git_dir / "HEAD.lock"
-    assert head_lock.exists()
+    branch_lock = repo / ".git" / "refs" / "heads" / "feat.lock"
+    assert branch_lock.exists()
     (tree.path / "f.txt").write_text("after the kill\n")
-    commit = commit_all(tree, "after the kill")
+    commit = commit_all(tree, "after the kill", branch="feat")
     assert commit == git(repo, "rev-parse", "feat").strip()
-    assert not head_lock.exists()
-    assert not (repo / ".git" / "refs" / "heads" / "feat.lock").exists()
+    assert not branch_lock.exists()
 
 
 def test_a_lock_held_by_a_running_git_is_said_and_left_alone(repo: Path, tmp_path: Path) -> None:
@@ -310,7 +310,7 @@ def test_a_lock_held_by_a_running_git_is_said_and_left_alone(repo: Path, tmp_pat
     try:
         (tree.path / "f.txt").write_text("meanwhile\n")
         with pytest.raises(GitError, match=r"\.lock is held by a running process \(pid \d+\)") as e:
-            commit_all(tree, "meanwhile")
+            commit_all(tree, "meanwhile", branch="feat")
         assert "\n" not in str(e.value)
         assert tree.git_dir is not None
         assert (tree.git_dir / "HEAD.lock").exists()
@@ -415,6 +415,27 @@ def test_read_inside_opens_no_named_pipe_and_reads_no_directory(tmp_path: Path) 
         read_inside(root, "specs")
 
 
+def test_a_worktree_whose_head_was_pointed_at_another_branch_commits_on_its_own(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The agent points its worktree's HEAD at the user's ``main``: shep's commit still
+    lands on the feature branch, and ``main`` does not move. (Plain git commits on main.)
+    """
+    tree = feature_worktree(repo, tmp_path)
+    main = git(repo, "rev-parse", "main").strip()
+    git(tree.path, "symbolic-ref", "HEAD", "refs/heads/main")
+    (tree.path / "f.txt").write_text("agent work\n")
+    commit = commit_all(tree, "the feature", branch="feat")
+    assert commit == git(repo, "rev-parse", "feat").strip()
+    assert git(repo, "rev-parse", "main").strip() == main
+    assert "f.txt" in git(repo, "ls-tree", "--name-only", "feat").split()
+
+    (tree.path / "g.txt").write_text("more\n")
+    git(tree.path, "add", "g.txt")
+    git(tree.path, "commit", "-q", "-m", "plain git")
+    assert git(repo, "rev-parse", "main").strip() != main
+
+
 # --- the repository's config names another repository, or another work tree ------------------
 
 
@@ -471,7 +492,7 @@ def test_a_rewritten_commondir_stops_every_git_command_and_runs_nothing(
     base = git(repo, "rev-parse", "HEAD").strip()
     operations: list[Callable[[], Any]] = [
         lambda: snapshot(tree, "refs/shep/runs/r/1", message="s"),
-        lambda: commit_all(tree, "m"),
+        lambda: commit_all(tree, "m", branch="feat"),
         lambda: restore(tree, base),
         lambda: dirty_files(tree),
     ]

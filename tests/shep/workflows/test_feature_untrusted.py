@@ -31,9 +31,11 @@ from events.features import (
     WorktreeRemoved,
 )
 from events.runs import RunCompleted, RunCreated, RunFailed, RunStarted
+from shep.git import slugify
 from shep.home.procs import pid_alive
 from tests.shep.workflows.conftest import FeatureAgent, git
 from tests.shep.workflows.test_feature_workflow import (
+    DESCRIPTION,
     assert_merged,
     branches,
     decide,
@@ -354,21 +356,22 @@ def test_a_kill_during_branch_deletion_records_the_branch_as_gone(
 def test_locks_left_by_a_git_killed_with_its_worker_do_not_stop_resume(
     repo: Path, agent: FeatureAgent, shep_home: Path, stop_at: StopAt
 ) -> None:
-    """The worker and its `git commit` are SIGKILLed while git holds HEAD.lock and the
-    branch's lock in the worktree: `shep resume` finds no live git holding them, removes
-    them, and the feature merges.
+    """The worker and its git are SIGKILLed while git holds the feature branch's lock, moving
+    it to the feature's commit: `shep resume` finds no live git holding it, removes it,
+    and the feature merges.
     """
-    marker = stop_at("commit", when="holding")
+    branch = f"refs/heads/shep/{slugify(DESCRIPTION)}"
+    marker = stop_at("update-ref", branch, when="holding")
     old_tip = git(repo, "rev-parse", "HEAD")
     started = feat_new(repo, "--allow-all", "--background")
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
     kill_where_stopped(marker)
-    assert list((repo / ".git" / "worktrees").glob("*/HEAD.lock"))
+    assert (repo / ".git" / f"{branch}.lock").exists()
 
     resumed = shep("resume", run_id[:8], timeout=120)
     assert resumed.returncode == 0, resumed.stderr
-    assert "HEAD.lock" not in resumed.stderr
+    assert ".lock" not in resumed.stderr
     assert_merged(repo, shep_home, run_id, old_tip=old_tip)
 
 
