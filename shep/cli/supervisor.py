@@ -174,7 +174,8 @@ def configure(
 
 
 def start_for_waiting_items(runtime: Runtime) -> None:
-    """Items already waiting that a policy now covers get the supervisor at once."""
+    """Items already waiting that the supervisor is now to decide (a policy covers them, and
+    it has not decided on them yet) get it at once; say for how many."""
     from shep.supervisor.start import start_for_waiting
 
     waiting = start_for_waiting(runtime)

@@ -8,6 +8,15 @@ the position it came from in one commit (``commands.supervise``), so a
 supervisor killed between reading an item and deciding it decides it once,
 after it restarts.
 
+An item no enabled policy covers when it is read is passed over, and stays in
+the inbox. Only a policy event can make it covered, so when it starts and
+whenever the policies changed, the supervisor also goes back over the items
+before its tracked position that are left for it (``start.left_to_decide``).
+Its tracking is a high-water mark (every position up to it is handled), so
+such a late decision commits with a position after the tracked one and before
+any question, gate or vote not read yet: a position of an event it does not
+follow (the policy's own event, say). Until there is one, the item waits.
+
 With the ``collaboration`` flag off it reads nothing and writes nothing.
 """
 
@@ -23,6 +32,7 @@ from pathlib import Path
 from uuid import UUID
 
 from commands.inbox_state import load_item
+from commands.policies import load_policies
 from commands.supervise import (
     SUPERVISOR,
     Recorded,
@@ -35,13 +45,17 @@ from events.errors import SupervisorOffError
 from events.inbox import ApprovalRequested, ApprovalVoted, QuestionAsked
 from events.runs import FINAL_STATUSES
 from events.store import EventStore
+from events.supervisor import POLICY_STREAM_ID
 from shep.supervisor.evaluate import Decision, EvaluationGraph, Evaluator
+from shep.supervisor.start import left_to_decide
 
 #: What the supervisor says when the ``collaboration`` flag is off.
 OFF = "The supervisor is off: turn it on with `shep settings flags enable collaboration`."
 
 #: What the supervisor follows in the log.
 TOPICS = (QuestionAsked, ApprovalRequested, ApprovalVoted)
+#: The events that ask: the items it may come back to.
+ASKED = (QuestionAsked, ApprovalRequested)
 
 
 def lock_path(home: Path) -> Path:
@@ -94,7 +108,8 @@ def as_verdict(decision: Decision) -> Verdict:
 
 @dataclass
 class Supervisor:
-    """Decides the items after its tracked position; ``resume(run_id)`` restarts a decided run."""
+    """Decides the items after its tracked position, and those before it that a policy came
+    to cover; ``resume(run_id)`` restarts a decided run."""
 
     store: EventStore
     evaluator: Evaluator | None
@@ -103,6 +118,9 @@ class Supervisor:
     #: Test hook: called with each item before its evaluator is consulted.
     before_evaluate: Callable[[object], None] | None = None
     handled: list[tuple[UUID, Recorded | None]] = field(default_factory=list)
+    #: The policies' stream version the items before the tracking were last gone over
+    #: at (None: not yet, in this process).
+    _late_checked: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.graph = EvaluationGraph(
@@ -110,7 +128,8 @@ class Supervisor:
         )
 
     def drain(self) -> int:
-        """Handle everything after the tracked position; how many log positions it handled.
+        """Handle everything after the tracked position, and the items before it that a
+        policy came to cover; how many log positions and late items it handled.
 
         Raises ``SupervisorOffError`` (writing nothing) when the flag is off.
         """
@@ -118,13 +137,14 @@ class Supervisor:
         while True:
             if not collaboration_on(self.store):
                 raise SupervisorOffError(OFF)
+            late = self._decide_late()
             after = self.store.tracked_position(SUPERVISOR)
             batch = self.store.positions_of(list(TOPICS), after=after, limit=50)
-            if not batch:
-                return handled
             for position, event in batch:
                 self._handle(position, event)
-                handled += 1
+            handled += late + len(batch)
+            if not late and not batch:
+                return handled
 
     def follow(self, *, poll: float = 0.5, stop: Callable[[], bool] = lambda: False) -> None:
         """Drain, then keep draining as the log grows, until ``stop()``."""
@@ -148,7 +168,7 @@ class Supervisor:
             skip(self.store, position)
             return
         decision = self.graph.decide(item_id)
-        if decision is None:  # no policy covers it
+        if decision is None:  # no policy covers it yet: `_decide_late` comes back to it
             skip(self.store, position)
             return
         recorded = record_verdict(self.store, as_verdict(decision), position=position)
@@ -161,6 +181,61 @@ class Supervisor:
         from commands.run_state import load_run
 
         return load_run(self.store, run_id).status in FINAL_STATUSES
+
+    def _decide_late(self) -> int:
+        """Decide the items before the tracked position left for the supervisor (a policy
+        came to cover them since they were read), if the policies changed since the last
+        time; how many it decided."""
+        version = self.store.stream_version(POLICY_STREAM_ID)
+        if version == self._late_checked:
+            return 0
+        if not any(p.enabled for p in load_policies(self.store).values()):
+            self._late_checked = version  # no policy covers anything: nothing to go over
+            return 0
+        after = self.store.tracked_position(SUPERVISOR)
+        decided = 0
+        for item_id in left_to_decide(self.store, self._asked_up_to(after)):
+            position = self._free_position()
+            if position is None:
+                return decided  # gone over again on the next drain
+            # Checked again: a person may have decided it while the one before was evaluated.
+            if not left_to_decide(self.store, [item_id]):
+                continue
+            decision = self.graph.decide(item_id)
+            if decision is None:  # its policy was disabled meanwhile
+                continue
+            recorded = record_verdict(self.store, as_verdict(decision), position=position)
+            self.handled.append((item_id, recorded))
+            self.report(_describe(decision, recorded))
+            if recorded.acted:
+                self.resume(decision.run_id)
+            decided += 1
+        self._late_checked = version
+        return decided
+
+    def _asked_up_to(self, position: int) -> list[UUID]:
+        """The items asked at or before ``position``, in log order."""
+        items: list[UUID] = []
+        after = 0
+        while batch := self.store.positions_of(list(ASKED), after=after, limit=500):
+            for at, event in batch:
+                if at > position:
+                    return items
+                assert isinstance(event, QuestionAsked | ApprovalRequested)
+                items.append(event.originator_id)
+            after = batch[-1][0]
+        return items
+
+    def _free_position(self) -> int | None:
+        """A log position after the tracked one with nothing the supervisor follows up to
+        it, to track a late decision at; None when there is none yet."""
+        after = self.store.tracked_position(SUPERVISOR)
+        # The newest position first: whatever it follows that lands after this read lands
+        # after it.
+        newest = self.store.max_position()
+        unread = self.store.positions_of(list(TOPICS), after=after, limit=1)
+        free = min(newest, unread[0][0] - 1) if unread else newest
+        return free if free > after else None
 
 
 def _describe(decision: Decision, recorded: Recorded) -> str:

@@ -514,13 +514,71 @@ def test_items_already_waiting_get_the_supervisor_once_it_can_decide_them(
         shep("supervisor", "configure", "--autonomy", "autonomous", check=True)
         done = shep("settings", "flags", "enable", "collaboration", check=True)
     assert "Started the supervisor for the 1 item(s) waiting in the inbox" in done.stdout
-    deadline = time.monotonic() + 30
-    granted: list[ApprovalGranted] = []
-    while not granted and time.monotonic() < deadline:
+    assert _granted_by_supervisor(shep_home, item) == ["supervisor:global@1"]
+
+
+def _granted_by_supervisor(home: Path, item: UUID, timeout: float = 30) -> list[str]:
+    """The actors of the item's approval, once there is one (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
         granted = [
-            e
-            for e in read_events(shep_home)
+            e.actor
+            for e in read_events(home)
             if isinstance(e, ApprovalGranted) and e.originator_id == item
         ]
+        if granted or time.monotonic() > deadline:
+            return granted
         time.sleep(0.2)
-    assert [g.actor for g in granted] == ["supervisor:global@1"]
+
+
+def test_an_item_passed_over_while_its_policy_was_disabled_is_decided_once_enabled(
+    shep_home: Path, repo: Path
+) -> None:
+    """The policy disabled, `supervisor run` reads the waiting gate and decides nothing;
+    `enable` starts the supervisor for it, and it approves the gate (the demo agent as the
+    evaluator). Then nothing is left: a run decides nothing, `enable` starts nothing."""
+    with _store(shep_home) as store:
+        _, [item] = ask_on_new_run(store, repo, [gate("g")], resumed=True)
+    shep("settings", "agent", "--agent", "demo", check=True)
+    shep("supervisor", "configure", "--autonomy", "autonomous", check=True)
+    shep("supervisor", "disable", check=True)
+    shep("settings", "flags", "enable", "collaboration", check=True)
+    assert shep("supervisor", "run", check=True).stdout == "Nothing to decide.\n"
+
+    enabled = shep("supervisor", "enable", check=True)
+
+    assert enabled.stdout.splitlines() == [
+        "Policy global@1 enabled.",
+        "Started the supervisor for the 1 item(s) waiting in the inbox "
+        "(its output: $SHEP_HOME/logs/supervisor.log).",
+    ]
+    assert _granted_by_supervisor(shep_home, item) == ["supervisor:global@1"]
+    assert shep("supervisor", "run", check=True).stdout == "Nothing to decide.\n"
+    assert shep("supervisor", "enable", check=True).stdout == "Policy global@1 enabled.\n"
+
+
+def test_configure_starts_nothing_for_an_item_the_supervisor_already_escalated(
+    shep_home: Path, repo: Path
+) -> None:
+    """A gate the supervisor escalated waits for a person: configuring a new policy version
+    does not claim to start the supervisor for it, and a run leaves it alone."""
+    with _store(shep_home) as store:
+        _, [item] = ask_on_new_run(store, repo, [gate("g")], resumed=True)
+    # The run has no worktree: the guardrail cannot be measured, and the gate is escalated.
+    shep("supervisor", "configure", "--autonomy", "autonomous", "--max-files-changed", "5",
+         check=True)  # fmt: skip
+    with _store(shep_home) as store:
+        change_setting(store, key="collaboration", value="on", changed_by="test")
+    escalated = shep("supervisor", "run", check=True)
+    assert "escalate under global@1" in escalated.stdout, escalated.stdout
+
+    again = shep("supervisor", "configure", "--autonomy", "autonomous", check=True)
+
+    assert again.stdout == "Policy global@2 set: autonomous, timeout 300s\n"
+    assert shep("supervisor", "run", check=True).stdout == "Nothing to decide.\n"
+    made = [
+        e.decision
+        for e in read_events(shep_home)
+        if isinstance(e, SupervisorDecisionMade) and e.subject_id == item
+    ]
+    assert made == ["escalate"]
