@@ -110,6 +110,7 @@ def new(
         description,
         base=base,
         prefix=settings.texts["branch_prefix"],
+        publish=push or pr,
     )
     plan = make_worktree(plan, drivers=flags["git_filters"])
     try:

@@ -63,11 +63,14 @@ def plan_feature(
     base: str | None,
     prefix: str,
     check_dirty: bool = True,
+    publish: bool = False,
 ) -> FeaturePlan:
     """Check the repository and base and choose the branch and worktree (nothing is made).
 
     ``check_dirty``: refuse uncommitted changes on a checked-out base (a fork starts
-    from a recorded commit, not from the checkout, and skips it).
+    from a recorded commit, not from the checkout, and skips it). ``publish``: the
+    feature ends by pushing its branch (``--push``, ``--pr``), so the repository must
+    have a remote: said now, not after the whole run.
     """
     from shep import git
 
@@ -90,6 +93,11 @@ def plan_feature(
             )
     elif not git.branch_exists(source, base):
         raise FeatureInputError(f"{source} has no branch {base!r} (--base takes a local branch).")
+    if publish and git.has_remote(source) is None:
+        raise FeatureInputError(
+            f"--push/--pr need a remote, and {source} has none. Add one (`git remote add "
+            "origin URL`), or leave them out to merge locally."
+        )
     if base == current and check_dirty:
         dirty = git.dirty_files(source, untracked_ok=SHEP_OUTPUTS)
         if dirty:

@@ -168,6 +168,7 @@ def _fork_worktree(
         base=inputs["base"],
         prefix=settings.texts["branch_prefix"],
         check_dirty=False,
+        publish=bool(inputs.get("push") or inputs.get("pr")),
     )
     plan = dataclasses.replace(plan, base_sha=inputs["base_sha"])
     drivers = settings.flags["git_filters"]

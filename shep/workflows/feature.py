@@ -44,6 +44,13 @@ from shep.workflows.base import (
     add_step,
     route_gate,
 )
+from shep.workflows.feature_gates import (
+    conflict_question,
+    conflict_record,
+    merge_approval,
+    plan_approval,
+    prd_approval,
+)
 from shep.workflows.feature_prompts import (
     PLAN_SCHEMA,
     RESEARCH_SCHEMA,
@@ -59,17 +66,7 @@ from shep.workflows.feature_prompts import (
     revise_prompt,
     spec_dir_of,
 )
-from shep.workflows.feature_steps import (
-    conflict_question,
-    conflict_record,
-    implement,
-    merge,
-    merge_approval,
-    plan_approval,
-    prd_approval,
-    setup,
-    tests,
-)
+from shep.workflows.feature_steps import implement, merge, setup, tests
 
 #: How many times a repair step may try to fix one invalid file.
 MAX_REPAIRS = 3

@@ -218,7 +218,7 @@ def _merge(store: EventStore, run_id: UUID, plan: FeaturePlan) -> str:
     step does; the merge commit.
     """
     (plan.worktree / "feature.txt").write_text("done\n")
-    sgit.commit_all(plan.worktree, "the feature")
+    sgit.commit_all(plan.worktree, "the feature", branch=plan.branch)
     merged = prepare_squash(plan.source_repo, plan.base, plan.branch, "squash")
     assert merged.commit is not None
     advance_base(plan.source_repo, merged)

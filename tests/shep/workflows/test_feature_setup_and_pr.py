@@ -16,7 +16,7 @@ from events.features import (
     WorktreeRemoved,
     WorktreeSetupRan,
 )
-from events.runs import RunFailed
+from events.runs import RunCreated, RunFailed
 from tests.shep.workflows.conftest import FeatureAgent, git
 from tests.shep.workflows.test_feature_workflow import (
     branches,
@@ -27,7 +27,7 @@ from tests.shep.workflows.test_feature_workflow import (
     run_events,
 )
 from tests.support.cli import shep
-from tests.support.event_log import of_type
+from tests.support.event_log import of_type, read_events
 
 
 def test_the_setup_command_runs_in_the_worktree_with_the_features_variables(
@@ -86,6 +86,28 @@ def _fake_gh(bin_dir: Path, log: Path) -> None:
         "esac\n"
     )
     gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.parametrize("flag", ["--pr", "--push"])
+def test_pr_or_push_in_a_repository_without_a_remote_is_refused_before_anything_runs(
+    repo: Path, agent: FeatureAgent, shep_home: Path, flag: str
+) -> None:
+    """--pr (or --push) where there is no remote to push to: one line saying so, at once,
+    not after the whole run; no run, branch or worktree is made, no agent called."""
+    assert git(repo, "remote") == ""
+    before = branches(repo)
+    result = feat_new(repo, "--allow-all", flag)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0] == (
+        f"shep: --push/--pr need a remote, and {repo.resolve()} has none. Add one "
+        "(`git remote add origin URL`), or leave them out to merge locally."
+    )
+    assert of_type(read_events(shep_home), RunCreated) == []
+    assert branches(repo) == before
+    assert not (shep_home / "worktrees").exists() or not any((shep_home / "worktrees").iterdir())
+    assert agent.calls() == []
 
 
 @pytest.mark.slow
