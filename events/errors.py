@@ -75,8 +75,11 @@ class RunNotFoundError(ShepError):
 
     exit_code = 2
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"No run {run_id!r}. List runs with `shep status --all`.")
+    def __init__(
+        self, run_id: str, *, runs_are: str = "List runs with `shep status --all`."
+    ) -> None:
+        """``runs_are``: where the runs that do exist are listed (the store's, by default)."""
+        super().__init__(f"No run {run_id!r}. {runs_are}")
         self.run_id = run_id
 
 
@@ -191,7 +194,8 @@ class RunNotWaitingError(ShepError):
 
 
 class HomePathError(StoreUnavailableError):
-    """SHEP_HOME names a path shep cannot record (not valid UTF-8): a usage error."""
+    """SHEP_HOME names a path shep cannot record (not valid UTF-8) or use (a file, not a
+    directory): a usage error."""
 
     exit_code = 2
 

@@ -120,6 +120,20 @@ def user_version(conn: apsw.Connection) -> int:
     return cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0])
 
 
+def recorded_schema(conn: apsw.Connection) -> int | None:
+    """The SQLite store's schema as the file is, not only as its header says.
+
+    ``None``: no schema yet. A command that only reads (``shep status`` on a fresh home)
+    makes the file with empty tables to read from; the schema is written (``user_version``,
+    ``shep_meta``) when the first writer opens it. A log with events but no version is from
+    before versions were recorded: schema 1.
+    """
+    version = user_version(conn)
+    if version == 0:
+        return 1 if _has_events(conn) else None
+    return version
+
+
 def written_by(conn: apsw.Connection) -> str | None:
     """The newest shep that wrote to the SQLite store on ``conn``, as far as it says."""
     meta = read_meta(conn)
@@ -176,9 +190,7 @@ def _upgrade_sqlite(
     current = versions.STORE_SCHEMA_VERSION
     with datastore.hold(), datastore.transaction(commit=True) as c:
         # Under the write lock now: another process may have done it meanwhile.
-        version = user_version(c.connection)
-        if version == 0 and _has_events(c.connection):
-            version = 1  # a store from before schema versions were recorded
+        version = recorded_schema(c.connection) or 0
         if version >= current:
             meta = read_meta(c.connection)
             writer = meta.get("newest_writer") or SCHEMA_WRITERS.get(version)

@@ -54,6 +54,8 @@ INTERNAL_ERROR_EXIT = 70
 #: ``ctx.meta`` key: the command line asks only for a command's help.
 _HELP_ONLY = "shep.help_only"
 _INBOX_COMMANDS = frozenset({"inbox", "answer", "approve", "reject"})
+#: ``ctx.meta`` key: how many items wait in the inbox, said after the command succeeded.
+_INBOX_PENDING = "shep.inbox_pending"
 #: Commands that must not touch the store before they run.
 #: `audit` reads the log alone, read-only, so it works on a damaged or read-only store.
 #: `replay` writes nothing at all (the orphan check would append events).
@@ -102,9 +104,19 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
         except BrokenPipeError as e:
             raise _ReaderGone() from e
+        pending = ctx.meta.get(_INBOX_PENDING)
+        if pending:
+            # Said once the command succeeded (a failing command's error stays its only
+            # line), and as the settings are now (`shep settings set inbox_notice off`).
+            from shep.runs.inbox_watch import inbox_notice
+
+            notice = inbox_notice(ctx.obj, pending)
+            if notice is not None:
+                click.echo(notice, err=True)
+        return result
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args and not ctx.resilient_parsing:
@@ -181,7 +193,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
         return  # the settings group refuses every command but the repair
     if ctx.invoked_subcommand not in _NO_ORPHAN_CHECK and not ctx.resilient_parsing:
         try:
-            _look_for_work(ctx.obj, ctx.invoked_subcommand)
+            ctx.meta[_INBOX_PENDING] = _look_for_work(ctx.obj, ctx.invoked_subcommand)
         except StoreError:
             if ctx.invoked_subcommand not in _REPAIRING:
                 raise
@@ -189,8 +201,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
             # (a shared store's copy made from another log): it says so itself if it reads.
 
 
-def _look_for_work(runtime: Runtime, command: str | None) -> None:
-    """Mark the runs whose worker is gone, and mention what waits in the inbox."""
+def _look_for_work(runtime: Runtime, command: str | None) -> int:
+    """Mark the runs whose worker is gone, act on the inbox (``check_inbox``); how many
+    items wait in it, for the command to mention once it has succeeded (0: say nothing)."""
     interrupted: list[str] = []
     if runtime.may_have_orphans():  # one indexed look; most of the time nothing runs
         from shep.runs.recovery import mark_orphans
@@ -198,11 +211,13 @@ def _look_for_work(runtime: Runtime, command: str | None) -> None:
         interrupted = mark_orphans(runtime)
     if interrupted:
         click.echo(_interrupted_notice(interrupted, command), err=True)
-    if runtime.inbox_busy():  # one indexed look; most of the time nothing waits
-        from shep.runs.inbox_watch import check_inbox
+    if not runtime.inbox_busy():  # one indexed look; most of the time nothing waits
+        return 0
+    from shep.runs.inbox_watch import check_inbox
 
-        # The inbox commands show or decide the items themselves; the others mention them.
-        check_inbox(runtime, notice=command not in _INBOX_COMMANDS)
+    pending = check_inbox(runtime)
+    # The inbox commands show or decide the items themselves; the others mention them.
+    return 0 if command in _INBOX_COMMANDS else pending
 
 
 def _asks_for_help(args: list[str]) -> bool:

@@ -154,7 +154,7 @@ def _analyze_demo(ctx: click.Context, runtime: Runtime, home: Path, repo: Path) 
         f"(canned answers, not an AI), in {home}\n"
     )
     outcome = execute_run(runtime, run_id, resume=False, background=False, timeout=None)
-    render_outcome(outcome, background=False, exit_on_failure=False)
+    render_outcome(outcome, background=False, exit_on_failure=False, runtime=runtime)
     short = run_id.hex[:8]
     click.echo("\n$ shep status")
     with click.Context(status, obj=runtime, info_name="status", parent=ctx) as sub:

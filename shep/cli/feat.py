@@ -141,7 +141,10 @@ def new(
         f"({plan.base_sha[:10]}), worktree {plan.worktree}",
         err=True,
     )
-    render(launch(runtime, run_id, resume=False, background=background, timeout=timeout))
+    render(
+        launch(runtime, run_id, resume=False, background=background, timeout=timeout),
+        runtime=runtime,
+    )
 
 
 # ls, show, rm and gc live in their own module (`shep feat` itself is loaded lazily).

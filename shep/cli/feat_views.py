@@ -398,7 +398,7 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
     features = (
         list_features(runtime.read_db(), include_finished=True) if runtime.has_store() else []
     )
-    freed = removed = failed = 0
+    freed = removed = failed = kept = 0
     handled: set[str] = set()
     for row in features:
         if row["status"] not in FINAL_STATUSES or row["worktree_removed_at"]:
@@ -418,9 +418,11 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
                     f"(`shep feat rm {sid} --force` removes it anyway)"
                 )
             )
+            kept += 1
             continue
         except (FeatureError, GitError) as e:
             click.echo(printable(f"kept     {sid}  {row['worktree']}: {e}"))
+            kept += 1
             continue
         size = disk_usage(row["worktree"]) if removal.exists else 0
         what = (
@@ -445,23 +447,36 @@ def gc(runtime: Runtime, older_than: str, dry_run: bool) -> None:
         for line in done[1:]:
             click.echo(f"         {printable(line)}")
         freed, removed = freed + size, removed + 1
-    removed, freed = _leftovers(runtime, features, dry_run, removed, freed)
+    removed, freed, kept = _leftovers(runtime, features, dry_run, removed, freed, kept)
     _report_vanished(features, handled)
     _report_orphans(worktrees_root(runtime.home), features)
-    verb = "Would free" if dry_run else "Freed"
-    if removed:
-        click.echo(f"{verb} {human_size(freed)} from {counted(removed, 'worktree')}.")
-    else:
-        click.echo(f"Nothing to remove: no finished feature's worktree is older than {older_than}.")
+    click.echo(_gc_summary(dry_run, removed, freed, kept + failed, older_than))
     if failed:
         raise FeatureError(f"{failed} worktree(s) could not be removed; see above.")
 
 
+def _gc_summary(dry_run: bool, removed: int, freed: int, kept: int, older_than: str) -> str:
+    """gc's last line: what it freed, or why nothing (``kept``: listed above, still there)."""
+    if removed:
+        verb = "Would free" if dry_run else "Freed"
+        return f"{verb} {human_size(freed)} from {counted(removed, 'worktree')}."
+    if kept:
+        # Some were old enough and are still there: say so, not that there were none.
+        what = "Nothing would be removed" if dry_run else "Nothing removed"
+        return f"{what}: {counted(kept, 'worktree')} kept (see above)."
+    return f"Nothing to remove: no finished feature's worktree is older than {older_than}."
+
+
 def _leftovers(
-    runtime: Runtime, features: list[dict[str, Any]], dry_run: bool, count: int, freed: int
-) -> tuple[int, int]:
-    """Remove (or list) the leftovers of runs never created; ``count`` and ``freed`` (the
-    worktrees and bytes so far) with theirs added.
+    runtime: Runtime,
+    features: list[dict[str, Any]],
+    dry_run: bool,
+    count: int,
+    freed: int,
+    kept: int,
+) -> tuple[int, int, int]:
+    """Remove (or list) the leftovers of runs never created; ``count``, ``freed`` and
+    ``kept`` (the worktrees removed, bytes freed and worktrees kept so far) with theirs added.
     """
     from shep.features.removal import leftovers, remove_leftover
 
@@ -479,12 +494,13 @@ def _leftovers(
                 done = remove_leftover(leftover)
             except GitError as e:
                 click.echo(printable(f"kept     leftover {leftover.worktree}: {e}"))
+                kept += 1
                 continue
             click.echo(printable(f"removed  leftover {what}"))
             for line in done:
                 click.echo(f"         {printable(line)}")
         count, freed = count + 1, freed + size
-    return count, freed
+    return count, freed, kept
 
 
 def _report_vanished(features: list[dict[str, Any]], handled: set[str]) -> None:

@@ -82,4 +82,7 @@ def fork(
         )
         return
     click.echo(forked.line, err=True)
-    render(launch(runtime, forked.run_id, resume=False, background=background, timeout=timeout))
+    render(
+        launch(runtime, forked.run_id, resume=False, background=background, timeout=timeout),
+        runtime=runtime,
+    )

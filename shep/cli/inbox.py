@@ -246,4 +246,4 @@ def resume_after_decision(runtime: Runtime, run_hex: str, *, wait: bool) -> None
     from shep.cli.run import render
     from shep.runs.decisions import resume_after_decision as resume_decided
 
-    render(resume_decided(runtime, run_hex, wait=wait), quiet=True)
+    render(resume_decided(runtime, run_hex, wait=wait), quiet=True, runtime=runtime)

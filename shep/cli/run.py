@@ -89,10 +89,16 @@ def run(
     parsed = _parse_inputs(inputs)
     if request.interrupted is not None and _should_resume(request.interrupted, resume):
         run_id = UUID(request.interrupted)
-        render(resume_run(runtime, run_id, background=background, timeout=timeout, force=False))
+        render(
+            resume_run(runtime, run_id, background=background, timeout=timeout, force=False),
+            runtime=runtime,
+        )
         return
     run_id = create_workflow_run(runtime, request, parsed)
-    render(launch(runtime, run_id, resume=False, background=background, timeout=timeout))
+    render(
+        launch(runtime, run_id, resume=False, background=background, timeout=timeout),
+        runtime=runtime,
+    )
 
 
 @click.command()
@@ -127,7 +133,10 @@ def resume(
     from shep.runs.launch import resume as resume_run
 
     run_id = UUID(run_in_log(runtime.read_db(), run_ref))
-    render(resume_run(runtime, run_id, background=background, timeout=timeout, force=force))
+    render(
+        resume_run(runtime, run_id, background=background, timeout=timeout, force=force),
+        runtime=runtime,
+    )
 
 
 @click.command()
@@ -173,7 +182,7 @@ def worker(runtime: Runtime, run_id: str, is_resume: bool, timeout: float | None
     from shep.runs.launch import execute_run
 
     outcome = execute_run(runtime, UUID(run_id), resume=is_resume, background=True, timeout=timeout)
-    render_outcome(outcome, background=True)
+    render_outcome(outcome, background=True, runtime=runtime)
 
 
 @click.command("_await", hidden=True)
@@ -225,9 +234,18 @@ def ask_resume(run_id: str, *, input: Any = None, output: Any = None) -> bool:
     return answer.strip().lower() in ("", "y", "yes")
 
 
-def render(launched: Background | Outcome | None, *, quiet: bool = False) -> None:
+def render(
+    launched: Background | Outcome | None,
+    *,
+    quiet: bool = False,
+    runtime: Runtime | None = None,
+) -> None:
     """Say where a started run went: a detached worker (its run id on stdout, for scripts,
-    unless ``quiet``), or how the worker in this process left it (and exit with its code)."""
+    unless ``quiet``), or how the worker in this process left it (and exit with its code).
+
+    ``runtime``: the home the run lives in, named in the commands suggested when it is not
+    the one ``$SHEP_HOME`` points at (see ``shep_command``).
+    """
     from shep.runs.workers import Background
 
     if launched is None:
@@ -237,11 +255,35 @@ def render(launched: Background | Outcome | None, *, quiet: bool = False) -> Non
             click.echo(launched.run_id.hex)
         click.echo(launched.notice, err=True)
         return
-    render_outcome(launched, background=False)
+    render_outcome(launched, background=False, runtime=runtime)
 
 
-def render_outcome(outcome: Outcome, *, background: bool, exit_on_failure: bool = True) -> None:
-    """Say how the worker left the run, and exit with its code (130 interrupted, 1 failed)."""
+def shep_command(runtime: Runtime | None, args: str) -> str:
+    """``shep ARGS`` as a person types it to reach ``runtime``'s home: with ``SHEP_HOME=``
+    in front when that home is not the one the environment points at (the demo's own
+    temporary home), so that the command works where it is pasted."""
+    if runtime is None:
+        return f"shep {args}"
+    from events.sqlite_file import home_from_env
+
+    if os.path.realpath(runtime.home_dir) == os.path.realpath(home_from_env()):
+        return f"shep {args}"
+    import shlex
+
+    return f"SHEP_HOME={shlex.quote(runtime.home_dir)} shep {args}"
+
+
+def render_outcome(
+    outcome: Outcome,
+    *,
+    background: bool,
+    exit_on_failure: bool = True,
+    runtime: Runtime | None = None,
+) -> None:
+    """Say how the worker left the run, and exit with its code (130 interrupted, 1 failed).
+
+    ``runtime``: the home the run lives in (see ``render``).
+    """
     from events.runs import WAITING_STATUSES, RunStatus
 
     short = outcome.run_id.hex[:8]
@@ -256,17 +298,21 @@ def render_outcome(outcome: Outcome, *, background: bool, exit_on_failure: bool 
             sys.exit(EXIT_FAILED)
         return
     if status is RunStatus.COMPLETED:
-        click.echo(f"Run {short} completed. See `shep logs {short}`.", err=True)
+        click.echo(
+            f"Run {short} completed. See `{shep_command(runtime, 'logs ' + short)}`.", err=True
+        )
         return
     if status in WAITING_STATUSES:
         what = "approval" if status is RunStatus.WAITING_APPROVAL else "an answer"
         click.echo(
-            f"Run {short} is waiting for {what}: see `shep inbox`. It goes on once decided.",
+            f"Run {short} is waiting for {what}: see `{shep_command(runtime, 'inbox')}`. "
+            "It goes on once decided.",
             err=True,
         )
         return
     if status is RunStatus.INTERRUPTED:
-        click.echo(f"Run {short} interrupted. Continue it with `shep resume {short}`.", err=True)
+        resume = shep_command(runtime, f"resume {short}")
+        click.echo(f"Run {short} interrupted. Continue it with `{resume}`.", err=True)
         if exit_on_failure:
             sys.exit(EXIT_INTERRUPTED)
         return

@@ -6,12 +6,14 @@ read side (apsw and msgspec), and only writing commands import eventsourcing.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from typing import TYPE_CHECKING
 
 import apsw
 
-from events.errors import ShepError, StoreError, StoreUnavailableError
+from events.errors import HomePathError, ShepError, StoreError, StoreUnavailableError
 from events.run_status import RunStatus
 from events.sqlite_file import ensure_home, home_from_env
 from events.words import counted
@@ -32,6 +34,38 @@ if TYPE_CHECKING:
 
 def _discard(line: str) -> None:
     """Where a runtime's notices go when its face gave no ``say``."""
+
+
+def require_usable_home(home: str) -> None:
+    """Refuse, in one line, a ``SHEP_HOME`` no command can use: a file, or a directory this
+    user may not enter. One that does not exist yet is fine: reading finds it empty, and the
+    first command that writes makes it.
+
+    Every command's runtime is made through here, so all of them say the same thing,
+    rather than each the first thing that failed inside (a file in it, a table).
+    """
+    try:
+        info = os.stat(home)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError as e:
+        raise HomePathError(
+            f"SHEP_HOME {home} is not a directory: a part of its path is a file. "
+            "Point SHEP_HOME at a directory."
+        ) from e
+    except OSError as e:
+        raise StoreUnavailableError(
+            f"Cannot reach SHEP_HOME {home} ({e.strerror}). Check the permissions of its "
+            "parent directories, or point SHEP_HOME elsewhere."
+        ) from e
+    if not stat.S_ISDIR(info.st_mode):
+        raise HomePathError(f"SHEP_HOME {home} is not a directory. Point SHEP_HOME at a directory.")
+    if not os.access(home, os.X_OK):  # nothing in it can be opened, not even to read
+        raise StoreUnavailableError(
+            f"Cannot open SHEP_HOME {home} ({os.strerror(errno.EACCES)}, mode "
+            f"{stat.S_IMODE(info.st_mode):04o}). Make it yours (chmod u+rwx {home}), or point "
+            "SHEP_HOME elsewhere."
+        )
 
 
 class Runtime:
@@ -95,6 +129,7 @@ class Runtime:
         from shep.home.secrets import configured_store_url
 
         home = home_from_env()
+        require_usable_home(home)
         try:
             url = configured_store_url(home)
         except SecretsError as e:

@@ -15,12 +15,15 @@ import apsw
 
 from events import versions
 from events.errors import ShepError
-from events.migrations import SCHEMA_WRITERS, read_meta, user_version
+from events.migrations import SCHEMA_WRITERS, read_meta, recorded_schema
 from events.postgres_url import redacted
 from events.settings import AgentConfigured, SettingChanged
 from events.sqlite_file import connect, store_error
 from projections.state import stored_versions
 from projections.tables import PROJECTION_VERSIONS
+
+#: What a store file without a schema yet holds (``StoreVersions.schema`` is None).
+NO_SCHEMA_YET = "no events yet (the first one written records its schema)"
 
 #: Seconds ``shep --version`` and ``shep doctor`` wait for the shared store's server.
 SHARED_STORE_TIMEOUT = 3.0
@@ -48,8 +51,9 @@ class StoreVersions:
 
     ``location``: the SQLite file, or the shared store's URL without its password.
     ``exists``: False for a home with no store yet (nothing is read, nothing made).
-    ``schema``: the store's schema version; ``written_by``: the shep that made or last
-    migrated it; ``newest_writer``: the newest shep that opened it to write.
+    ``schema``: the store's schema version (None: none yet, a file made by a reader before
+    any event was written; see ``events.migrations.recorded_schema``); ``written_by``: the
+    shep that made or last migrated it; ``newest_writer``: the newest shep that opened it to write.
     ``projections``: the version each local projection was built by (SQLite only).
     ``error``: why it could not be read (the rest is then unknown).
     """
@@ -75,7 +79,7 @@ def get_store_versions(db_file: str, store_url: str | None) -> StoreVersions:
     except apsw.Error as e:
         return StoreVersions(db_file, shared=False, exists=True, error=store_error(e, db_file))
     try:
-        schema = user_version(conn)
+        schema = recorded_schema(conn)
         meta = read_meta(conn)
         projections = stored_versions(conn)
     except apsw.Error as e:
@@ -89,8 +93,8 @@ def get_store_versions(db_file: str, store_url: str | None) -> StoreVersions:
         shared=False,
         exists=True,
         schema=schema,
-        written_by=meta.get("schema_written_by") or SCHEMA_WRITERS.get(schema),
-        newest_writer=meta.get("newest_writer") or SCHEMA_WRITERS.get(schema),
+        written_by=meta.get("schema_written_by") or SCHEMA_WRITERS.get(schema or 0),
+        newest_writer=meta.get("newest_writer") or SCHEMA_WRITERS.get(schema or 0),
         projections=projections,
     )
 

@@ -19,7 +19,12 @@ from events.audit import run_in_log
 from events.base import Event
 from events.catalog import EVENT_CLASSES, decode_event, topic_of
 from events.checkpoints import WritesSaved
-from events.errors import ChainBrokenError, StoreUnavailableError, UnknownEventError
+from events.errors import (
+    ChainBrokenError,
+    RunNotFoundError,
+    StoreUnavailableError,
+    UnknownEventError,
+)
 from events.inbox import (
     ApprovalGranted,
     ApprovalRejected,
@@ -30,6 +35,7 @@ from events.inbox import (
 )
 from events.run_ids import hex_prefix, single_run
 from events.runs import RunCreated, RunSuspended
+from events.words import counted
 from shep.replay.builder import (
     STORY_TOPICS,
     OutputBatch,
@@ -380,4 +386,21 @@ def bundle_run(rows: BundleRows, run_ref: str | None, path: str | os.PathLike[st
             f"{os.fspath(path)} holds {len(runs)} runs: name one (`shep replay RUN --bundle FILE`)."
         )
     prefix = hex_prefix(run_ref) or "-"  # "-": no hex id starts with it
-    return UUID(single_run([r.hex for r in runs if r.hex.startswith(prefix)][:3], run_ref))
+    matches = [r.hex for r in runs if r.hex.startswith(prefix)][:3]
+    if not matches:
+        # The runs that exist are the bundle's, not the local store's.
+        raise RunNotFoundError(run_ref, runs_are=_bundle_runs(runs, os.fspath(path)))
+    return UUID(single_run(matches, run_ref))
+
+
+#: At most this many of a bundle's runs are named when the one asked for is not in it.
+_RUNS_NAMED = 10
+
+
+def _bundle_runs(runs: list[UUID], path: str) -> str:
+    """Which runs the bundle at ``path`` holds, said in one sentence."""
+    if not runs:
+        return f"The bundle {path} holds no run."
+    named = ", ".join(r.hex[:8] for r in runs[:_RUNS_NAMED])
+    more = f" and {len(runs) - _RUNS_NAMED} more" if len(runs) > _RUNS_NAMED else ""
+    return f"The bundle {path} holds {counted(len(runs), 'run')}: {named}{more}."

@@ -6,8 +6,9 @@
 - A waiting run with a decided item it is suspended on has nobody resuming
   it (its decider died before starting the worker, or a deadline was just
   applied): a background worker is started for it.
-- ``N waiting in the inbox: shep inbox`` is printed when items are pending
-  (the ``inbox_notice`` setting turns it off).
+- ``N waiting in the inbox: shep inbox`` is said when items are pending, by the
+  face once its command succeeded (``inbox_notice``; the setting of that name turns
+  it off).
 
 Cheap when the inbox is empty: one indexed count.
 
@@ -34,16 +35,16 @@ if TYPE_CHECKING:
 DEADLINE_ACTOR = "system:deadline"
 
 
-def check_inbox(runtime: Runtime, *, notice: bool = True) -> int:
-    """Apply due deadlines, resume runs whose decision nobody acted on, say what waits
-    (what every shep command does first); one indexed count when the inbox is empty."""
+def check_inbox(runtime: Runtime) -> int:
+    """Apply due deadlines and resume runs whose decision nobody acted on (what every shep
+    command does first); the pending count. One indexed count when the inbox is empty."""
     if not runtime.has_store():
         return 0
-    return watch_inbox(runtime, runtime.read_db(), notice=notice)
+    return watch_inbox(runtime, runtime.read_db())
 
 
-def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True) -> int:
-    """Apply due deadlines, resume stranded runs, print the notice; return the pending count."""
+def watch_inbox(runtime: Runtime, conn: apsw.Connection) -> int:
+    """Apply due deadlines and resume stranded runs; return the pending count."""
     from projections.inbox_queries import count_pending, has_awaited_decisions
 
     pending = count_pending(conn)
@@ -54,9 +55,15 @@ def watch_inbox(runtime: Runtime, conn: apsw.Connection, *, notice: bool = True)
         # A newer shep's store is read as it is: this shep writes none of it.
         with contextlib.suppress(StoreTooNewError):
             pending, stranded = _act(runtime, conn, pending, stranded)
-    if pending and notice and notice_enabled(conn):
-        runtime.say(f"{pending} waiting in the inbox: shep inbox")
     return pending
+
+
+def inbox_notice(runtime: Runtime, pending: int) -> str | None:
+    """``N waiting in the inbox: shep inbox``, unless nothing waits or the ``inbox_notice``
+    setting turns it off."""
+    if not pending or not notice_enabled(runtime.read_db()):
+        return None
+    return f"{pending} waiting in the inbox: shep inbox"
 
 
 def _act(runtime: Runtime, conn: apsw.Connection, pending: int, stranded: bool) -> tuple[int, bool]:
@@ -208,5 +215,5 @@ def _waits_here(runtime: Runtime, run_hex: str, say: Callable[[str], None]) -> b
         if store.retry_for <= 0:
             store.retry_for = orphan_after(conn)
             store.on_retry = say
-    check_inbox(runtime, notice=False)
+    check_inbox(runtime)
     return True

@@ -342,7 +342,7 @@ def after_suspend(runtime: Runtime, run_id: UUID, asked: list[UUID]) -> None:
     # A decision that landed while this worker was suspending the run found it
     # still running and left it to us: start the worker that takes it.
     catch_up(runtime.read_db())
-    check_inbox(runtime, notice=False)
+    check_inbox(runtime)
     if runtime.shared and run_id.hex not in runtime.resumed:
         # A decision may come from another machine: wait for it here, where the run goes on.
         from shep.home.procs import spawn_shep

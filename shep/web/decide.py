@@ -60,7 +60,7 @@ def resume_decided(runtime: Runtime) -> None:
     """Start a worker for every run whose decision nobody acted on yet (``check_inbox``)."""
     from shep.runs.inbox_watch import check_inbox
 
-    check_inbox(runtime, notice=False)
+    check_inbox(runtime)
 
 
 def approve(runtime: Runtime, item_id: str, *, actor: str, comment: str) -> Approval:

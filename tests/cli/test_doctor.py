@@ -166,6 +166,32 @@ def test_doctor_on_an_empty_home_creates_nothing(shep_home: Path) -> None:
     assert not shep_home.exists()
 
 
+def test_doctor_and_version_after_a_first_read_describe_the_store_as_it_is(
+    shep_home: Path,
+) -> None:
+    """A first command that only reads makes shep.db with its (empty) tables but writes no
+    event, so no schema version yet: doctor and --version say that, not "no tables yet"
+    nor "schema 0". A pre-versioning log (events, user_version 0) reads as schema 1."""
+    assert shep("status", "--json").stdout == "[]\n"
+    db = shep_home / "shep.db"
+    conn = apsw.Connection(str(db))
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"stored_events", "runs"} <= tables
+    assert conn.execute("PRAGMA user_version").fetchall() == [(0,)]
+    conn.close()
+    no_schema = "no events yet (the first one written records its schema)"
+    done = shep("doctor", env={"PATH": BASE_PATH})
+    assert _lines(done.stdout)["store"] == f"ok    store: {db}: {no_schema}; quick_check ok"
+    assert shep("--version").stdout.splitlines()[2] == f"store: {db}: {no_schema}"
+
+    conn = apsw.Connection(str(db))
+    conn.execute("INSERT INTO stored_events VALUES (1, 'x', 1, 'topic', x'00', x'00')")
+    conn.close()
+    assert (
+        shep("--version").stdout.splitlines()[2] == f"store: {db}: schema 1, written by shep 0.1.0"
+    )
+
+
 def test_doctor_finds_a_corrupt_store(shep_home: Path) -> None:
     """A store whose pages were overwritten fails SQLite's quick_check: one FAIL line
     saying what to do, exit 1."""

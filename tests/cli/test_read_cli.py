@@ -100,13 +100,17 @@ def test_corrupt_database_is_one_clear_line(shep_home: Path) -> None:
 
 
 def test_unwritable_home_is_one_clear_line(tmp_path: Path) -> None:
-    """SHEP_HOME that cannot be created: one line naming it, exit 1."""
+    """SHEP_HOME that can never be a directory (under a file): one line naming it and why,
+    exit 2, for a reading command as for one that writes."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    result = shep("status", env={"SHEP_HOME": str(blocker / "home")})
-    assert result.returncode == 1
-    assert result.stderr.startswith(f"shep: Cannot create SHEP_HOME {blocker / 'home'}")
-    assert result.stderr.count("\n") == 1
+    for args in (["status"], ["inbox", "--json"], ["settings", "agent", "--agent", "demo"]):
+        result = shep(*args, env={"SHEP_HOME": str(blocker / "home")})
+        assert (result.returncode, result.stdout) == (2, ""), args
+        assert result.stderr == (
+            f"shep: SHEP_HOME {blocker / 'home'} is not a directory: a part of its path is a "
+            "file. Point SHEP_HOME at a directory.\n"
+        )
 
 
 def _make_read_only(paths: list[Path]) -> None:

@@ -1011,7 +1011,31 @@ def test_gc_removes_old_finished_worktrees_and_reports_the_rest(
 
     again = feat("gc").out.splitlines()
     assert not any(x.startswith("removed") for x in again)
-    assert again[-1] == "Nothing to remove: no finished feature's worktree is older than 72h."
+    assert any(x.startswith(f"kept     {old_dirty.hex[:8]}  ") for x in again)
+    assert again[-1] == "Nothing removed: 1 worktree kept (see above)."
     everything = feat("gc", "--older-than", "0").out.splitlines()
     assert [x.split()[1] for x in everything if x.startswith("removed")] == [young.hex[:8]]
     assert_rebuild_equals_incremental(shep_home)
+
+
+def test_gc_that_keeps_every_old_worktree_says_so(
+    feat: Callable[..., Result], store: EventStore, shep_home: Path, repo: Path
+) -> None:
+    """gc that finds an old worktree but keeps it (uncommitted changes) ends by saying it
+    was kept, not that no worktree was old enough; nothing old at all says that."""
+    nothing = feat("gc", "--older-than", "1s")
+    assert (nothing.code, nothing.err) == (0, [])
+    assert nothing.out == "Nothing to remove: no finished feature's worktree is older than 1s.\n"
+    run_id, plan = new_feature(store, shep_home, repo, "Add a dirty thing")
+    complete_run(store, run_id, duration_ms=1)
+    (plan.worktree / "scratch.txt").write_text("mine\n")
+    for args in (["--older-than", "0"], ["--older-than", "0", "--dry-run"]):
+        done = feat("gc", *args)
+        assert (done.code, done.err) == (0, [])
+        lines = done.out.splitlines()
+        assert len(lines) == 2, lines
+        assert lines[0].startswith(f"kept     {run_id.hex[:8]}  {plan.worktree}: ")
+        assert "has uncommitted changes (scratch.txt)" in lines[0]
+        would = "would be " if "--dry-run" in args else ""
+        assert lines[1] == f"Nothing {would}removed: 1 worktree kept (see above)."
+    assert plan.worktree.exists()

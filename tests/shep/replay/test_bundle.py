@@ -79,13 +79,26 @@ def test_not_a_bundle_is_one_line(history: Recorded, tmp_path: Path) -> None:
 
 def test_a_run_not_in_the_bundle(history: Recorded, tmp_path: Path) -> None:
     """A run the bundle does not hold is not found, in one line (after the line saying that
-    the bundle verified)."""
+    the bundle verified) naming the runs the bundle holds, not the local store's list;
+    --tree says the same."""
     bundle = _bundle(history, history.gated, tmp_path / "gated.tar")
-    done = shep("replay", history.analyze, "--bundle", str(bundle))
+    for tree in ([], ["--tree"]):
+        done = shep("replay", history.analyze, "--bundle", str(bundle), *tree)
+        assert done.returncode == 2
+        verified, missing = done.stderr.splitlines()
+        assert verified.startswith(f"{bundle} verifies: ")
+        assert missing == (
+            f"shep: No run {history.analyze!r}. The bundle {bundle} holds 1 run: "
+            f"{history.gated[:8]}."
+        )
+    everything = _bundle(history, None, tmp_path / "all.tar")
+    done = shep("replay", "0000dead", "--bundle", str(everything))
     assert done.returncode == 2
-    verified, missing = done.stderr.splitlines()
-    assert verified.startswith(f"{bundle} verifies: ")
-    assert missing == f"shep: No run {history.analyze!r}. List runs with `shep status --all`."
+    missing = done.stderr.splitlines()[-1]
+    assert missing.startswith(f"shep: No run '0000dead'. The bundle {everything} holds ")
+    for run in (history.analyze, history.gated, history.feature):
+        assert run[:8] in missing
+    assert "shep status" not in missing
 
 
 def _tamper(bundle: Path, out: Path, old: bytes, new: bytes) -> Path:
