@@ -94,7 +94,7 @@ class ReviewedTreeRestored(Event, frozen=True, kw_only=True):
     """The worktree's files had changed since the merge gate showed them (they made the
     tree ``found``), so before committing the merge put them back to ``approved``, the
     tree the gate showed and its approval names. What had changed is kept in the
-    snapshot commit ``kept`` (empty: none could be made).
+    snapshot commit ``kept`` (the files are put back only once it is made).
     """
 
     approved: str

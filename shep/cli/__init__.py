@@ -107,13 +107,16 @@ class LazyGroup(click.Group):
             result = super().invoke(ctx)
         except BrokenPipeError as e:
             raise _ReaderGone() from e
-        pending = ctx.meta.get(_INBOX_PENDING)
-        if pending:
+        if ctx.meta.get(_INBOX_PENDING):
             # Said once the command succeeded (a failing command's error stays its only
-            # line), and as the settings are now (`shep settings set inbox_notice off`).
+            # line), counted and as the settings are now (`shep settings set inbox_notice
+            # off`); a notice that cannot be read fails nothing.
             from shep.runs.inbox_watch import inbox_notice
 
-            notice = inbox_notice(ctx.obj, pending)
+            try:
+                notice = inbox_notice(ctx.obj)
+            except (ShepError, apsw.Error):
+                notice = None
             if notice is not None:
                 click.echo(notice, err=True)
         return result

@@ -300,6 +300,7 @@ def run(runtime: Runtime, follow: bool, background: bool) -> None:
             _evaluator(runtime),
             resume=lambda run_id: _resume(runtime, run_id),
             report=lambda line: click.echo(printable(line)),
+            waiting=lambda: _waiting(runtime),
         )
         if follow:
             try:
@@ -310,6 +311,16 @@ def run(runtime: Runtime, follow: bool, background: bool) -> None:
             sup.drain()
     if not sup.handled and not background:
         click.echo("Nothing to decide.")
+
+
+def _waiting(runtime: Runtime) -> list[UUID]:
+    """The items waiting in the inbox, oldest first, from the home's read model (caught up)."""
+    from projections.catch_up import catch_up
+    from projections.inbox_queries import list_inbox
+
+    conn = runtime.read_db()
+    catch_up(conn)
+    return [UUID(item["item_id"]) for item in list_inbox(conn)]
 
 
 class _LazyEvaluator:

@@ -93,6 +93,14 @@ def plan_feature(
             )
     elif not git.branch_exists(source, base):
         raise FeatureInputError(f"{source} has no branch {base!r} (--base takes a local branch).")
+    promisor = git.promisor_remote(source)
+    if promisor is not None:
+        raise FeatureError(
+            f"{source} is a partial clone: git fetches its missing objects on demand from "
+            f"{promisor}, and shep's git fetches nothing (a config the agent can write would "
+            "name the command that fetches). Run the feature in a full clone (`git clone` "
+            "without --filter)."
+        )
     if publish and git.has_remote(source) is None:
         raise FeatureInputError(
             f"--push/--pr need a remote, and {source} has none. Add one (`git remote add "

@@ -158,7 +158,7 @@ class Checkout:
             return self.path
         here = Path(os.path.abspath(self.path))
         for place in (here, *here.parents):
-            if os.path.lexists(place / ".git"):
+            if _is_git_link(place / ".git") or _is_git_directory(place / ".git"):
                 return place
             if _is_git_directory(place):  # a bare repository, or inside a .git directory
                 return None
@@ -180,8 +180,22 @@ class Checkout:
 
 
 def _is_git_directory(path: Path) -> bool:
-    """Whether ``path`` looks like a git directory to git: ``HEAD``, ``objects``, ``refs``."""
-    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
+    """Whether ``path`` looks like a git directory to git: ``HEAD``, ``objects``, ``refs``
+    (a linked worktree's has a ``commondir`` instead of the last two)."""
+    if not (path / "HEAD").is_file():
+        return False
+    return (path / "commondir").is_file() or (
+        (path / "objects").is_dir() and (path / "refs").is_dir()
+    )
+
+
+def _is_git_link(path: Path) -> bool:
+    """Whether ``path`` is a ``.git`` file naming a git directory (``gitdir: ...``), as a
+    linked worktree or a submodule has; git passes over a ``.git`` that is neither."""
+    try:
+        return path.is_file() and _small_text(path).startswith("gitdir:")
+    except OSError:
+        return False
 
 
 def checkout(where: StrPath | Checkout) -> Checkout:
@@ -302,6 +316,8 @@ def _run(
         safe += ["-c", _NO_HOOKS]
     if command not in _NETWORK_COMMANDS:
         safe += ["-c", _NO_NETWORK]
+    else:  # the remote's own transport only, never one that runs a local command
+        safe += ["-c", "protocol.ext.allow=never"]
     try:
         return subprocess.run(
             ["git", "-C", os.fspath(tree.path), *safe, *args],

@@ -171,6 +171,26 @@ def dirty_files(repo: Where, *, untracked_ok: Collection[str] = ()) -> list[str]
     return files
 
 
+def promisor_remote(repo: Where) -> str | None:
+    """The remote a partial clone fetches its missing objects from on demand (its
+    ``extensions.partialClone``, or a ``remote.<name>.promisor``); None for a full clone."""
+    done = run_git(
+        repo,
+        "config",
+        "--get-regexp",
+        r"^(extensions\.partialclone|remote\..*\.promisor)$",
+        doing="read whether the repository is a partial clone",
+        ok=(0, 1),
+    )
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "extensions.partialclone" and value:
+            return value
+        if key.endswith(".promisor") and value.lower() in ("true", "yes", "on", "1"):
+            return key.removeprefix("remote.").removesuffix(".promisor")
+    return None
+
+
 def has_remote(repo: Where) -> str | None:
     """The remote to push to: ``origin`` when it exists, else the first one; None if none."""
     remotes = run_git(repo, "remote", doing="list remotes").stdout.split()

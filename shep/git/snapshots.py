@@ -188,17 +188,30 @@ def commit_all(worktree: Where, message: str, *, branch: str) -> str | None:
 
     The commit is made on ``branch`` by name (its ref moved from the tip the commit was made
     on, compare-and-set), never through the worktree's HEAD: the agent can point HEAD at
-    another branch, the user's base say, and shep would then commit there.
+    another branch, the user's base say, and shep would then commit there. A merge left
+    uncommitted in the worktree (``git merge`` with its conflicts resolved and staged, not
+    committed: the resolve step, or a person) is concluded as ``git commit`` would: the
+    commit has the merged commit as its second parent, and the merge's state is cleared.
     """
     at = checkout(worktree)
     ref = f"refs/heads/{branch}"
     run_git(at, "add", "-A", doing=f"stage the files of {at.path}")
     tree = run_git(at, "write-tree", doing="write a tree").stdout.strip()
     tip = resolve_commit(at, ref)
-    if tree_of(at, tip) == tree:
+    merging = run_git(
+        at,
+        "rev-parse",
+        "-q",
+        "--verify",
+        "MERGE_HEAD^{commit}",
+        doing="look for a merge in progress",
+        ok=(0, 1, 128),
+    ).stdout.strip()
+    if not merging and tree_of(at, tip) == tree:
         return None
+    parents = ["-p", tip, *(["-p", merging] if merging else [])]
     commit = run_git_as_author(
-        at, "commit-tree", tree, "-p", tip, "-m", message, doing=f"commit in {at.path}"
+        at, "commit-tree", tree, *parents, "-m", message, doing=f"commit in {at.path}"
     ).stdout.strip()
     run_git(
         at,
@@ -211,4 +224,6 @@ def commit_all(worktree: Where, message: str, *, branch: str) -> str | None:
         doing=f"move {branch} to its new commit",
         fix=f"{branch} moved meanwhile; retry.",
     )
+    if merging:
+        run_git(at, "merge", "--quit", doing=f"clear the concluded merge in {at.path}")
     return commit

@@ -58,10 +58,14 @@ def watch_inbox(runtime: Runtime, conn: apsw.Connection) -> int:
     return pending
 
 
-def inbox_notice(runtime: Runtime, pending: int) -> str | None:
-    """``N waiting in the inbox: shep inbox``, unless nothing waits or the ``inbox_notice``
-    setting turns it off."""
-    if not pending or not notice_enabled(runtime.read_db()):
+def inbox_notice(runtime: Runtime) -> str | None:
+    """``N waiting in the inbox: shep inbox``, counted now (a command may have run for an
+    hour), unless nothing waits or the ``inbox_notice`` setting turns it off."""
+    from projections.inbox_queries import count_pending
+
+    conn = runtime.read_db()
+    pending = count_pending(conn)
+    if not pending or not notice_enabled(conn):
         return None
     return f"{pending} waiting in the inbox: shep inbox"
 

@@ -118,9 +118,15 @@ class Supervisor:
     #: Test hook: called with each item before its evaluator is consulted.
     before_evaluate: Callable[[object], None] | None = None
     handled: list[tuple[UUID, Recorded | None]] = field(default_factory=list)
+    #: The items waiting in the inbox, oldest first, from the home's read model: what it
+    #: goes back over for late decisions (None: every item the log ever asked, read from it).
+    waiting: Callable[[], list[UUID]] | None = None
     #: The policies' stream version the items before the tracking were last gone over
     #: at (None: not yet, in this process).
     _late_checked: int | None = field(default=None, init=False)
+    #: (policies' version, newest log position) when a late item last found no position
+    #: to be recorded at: not gone over again until one of them changes.
+    _late_stalled: tuple[int, int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.graph = EvaluationGraph(
@@ -189,15 +195,20 @@ class Supervisor:
         version = self.store.stream_version(POLICY_STREAM_ID)
         if version == self._late_checked:
             return 0
+        newest = self.store.max_position()
+        if (version, newest) == self._late_stalled:
+            return 0
         if not any(p.enabled for p in load_policies(self.store).values()):
             self._late_checked = version  # no policy covers anything: nothing to go over
             return 0
         after = self.store.tracked_position(SUPERVISOR)
         decided = 0
-        for item_id in left_to_decide(self.store, self._asked_up_to(after)):
+        for item_id in left_to_decide(self.store, self._candidates(after)):
             position = self._free_position()
             if position is None:
-                return decided  # gone over again on the next drain
+                # Gone over again once the log grows (or the policies change).
+                self._late_stalled = (version, newest)
+                return decided
             # Checked again: a person may have decided it while the one before was evaluated.
             if not left_to_decide(self.store, [item_id]):
                 continue
@@ -212,6 +223,16 @@ class Supervisor:
             decided += 1
         self._late_checked = version
         return decided
+
+    def _candidates(self, after: int) -> list[UUID]:
+        """The items asked at or before position ``after`` that may be left to decide: those
+        waiting in the inbox when the read model is at hand, else every one asked."""
+        if self.waiting is None:
+            return self._asked_up_to(after)
+        unread = {
+            event.originator_id for _, event in self.store.positions_of(list(ASKED), after=after)
+        }
+        return [item_id for item_id in self.waiting() if item_id not in unread]
 
     def _asked_up_to(self, position: int) -> list[UUID]:
         """The items asked at or before ``position``, in log order."""

@@ -283,7 +283,14 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
     # What the merge gate shows and the merge commits, before any test touches it.
     worktree = _worktree(io)
     snapshot = io.snapshot("review")
-    head = snapshot or git.resolve_commit(worktree, "HEAD")
+    if snapshot is None:
+        # What the gate approves is the worktree's files as a tree: without it, it would
+        # approve (and the merge commit) HEAD's, which the agent's work is not in.
+        raise StepFailedError(
+            f"could not snapshot the work in {io.repo} for review (said above); "
+            f"`shep resume {io.run_id[:8]}` tries again."
+        )
+    head = snapshot
     command = str(io.setting("test_command") or "") or detect_test_command(
         io.repo, Path(inputs["source_repo"])
     )
@@ -303,10 +310,9 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             duration_ms=ms,
             output_tail=tail,
         )
-        if snapshot is not None:
-            git.restore(worktree, snapshot)
+        git.restore(worktree, snapshot)
     stat = git.diff_stat(worktree, inputs["base_sha"], head)
-    commits = git.diff_stat(worktree, inputs["base_sha"], "HEAD").commits
+    commits = git.diff_stat(worktree, inputs["base_sha"], f"refs/heads/{inputs['branch']}").commits
     review = {
         "files": stat.files,
         "added": stat.added,
@@ -410,7 +416,13 @@ def _back_to_the_approved_tree(io: StepIO, worktree: Checkout, approved: str) ->
     found = git.files_tree(worktree)
     if found == approved:
         return
-    kept = io.snapshot("changed after review") or ""
+    kept = io.snapshot("changed after review")
+    if kept is None:  # not put back unless kept: they may be work nobody has anywhere else
+        raise StepFailedError(
+            f"the files of {io.repo} changed after the merge gate showed them, and could not "
+            f"be kept in a snapshot (said above), so shep merged nothing. `shep resume "
+            f"{io.run_id[:8]}` tries again."
+        )
     git.restore(worktree, approved)
     io.append(ReviewedTreeRestored, approved=approved, found=found, kept=kept)
 

@@ -436,6 +436,40 @@ def test_a_worktree_whose_head_was_pointed_at_another_branch_commits_on_its_own(
     assert git(repo, "rev-parse", "main").strip() != main
 
 
+def test_a_merge_resolved_but_not_committed_is_concluded_as_git_commit_would(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The resolve step's agent merges the base into the branch, resolves the conflict and
+    stages it, but does not commit: shep's commit concludes the merge (the base's tip its
+    second parent, the merge's state cleared), so the squash merge no longer conflicts.
+    """
+    tree = feature_worktree(repo, tmp_path)
+    (tree.path / "a.txt").write_text("one\ntwo\nFEATURE\n")
+    commit_all(tree, "feature edit", branch="feat")
+    (repo / "a.txt").write_text("one\ntwo\nMAIN\n")
+    git(repo, "commit", "-q", "-am", "main edit")
+    assert prepare_squash(repo, "main", "feat", "Squash feat").conflicts == ["a.txt"]
+    main = git(repo, "rev-parse", "main").strip()
+    tip = git(repo, "rev-parse", "feat").strip()
+    merged = subprocess.run(
+        ["git", "-C", str(tree.path), "merge", "-q", "main"], check=False, capture_output=True
+    )
+    assert merged.returncode != 0  # the conflict, left for the agent
+    (tree.path / "a.txt").write_text("one\ntwo\nFEATURE and MAIN\n")
+    git(tree.path, "add", "a.txt")
+
+    commit = commit_all(tree, "the resolution", branch="feat")
+    assert commit == git(repo, "rev-parse", "feat").strip()
+    assert git(repo, "rev-list", "--parents", "-n", "1", "feat").split() == [commit, tip, main]
+    assert tree.git_dir is not None
+    assert not (tree.git_dir / "MERGE_HEAD").exists()
+    assert not (tree.git_dir / "MERGE_MSG").exists()
+    squash = prepare_squash(repo, "main", "feat", "Squash feat")
+    assert squash.conflicts == []
+    assert squash.commit is not None
+    assert git(repo, "show", f"{squash.commit}:a.txt") == "one\ntwo\nFEATURE and MAIN\n"
+
+
 # --- the repository's config names another repository, or another work tree ------------------
 
 
@@ -533,3 +567,18 @@ def test_a_snapshot_of_the_users_checkout_takes_its_files_whatever_core_worktree
     assert {"new.txt", "a.txt", "src/app.py"} <= set(files)
 
     assert "id_rsa" in git(repo, "status", "--porcelain", "--untracked-files=all")
+
+
+def test_the_work_tree_is_found_as_git_finds_it(repo: Path, tmp_path: Path) -> None:
+    """From a subdirectory, past a ``.git`` that is no repository (an empty vendored one),
+    to the checkout's root; a linked worktree's root by its ``.git`` file; nothing inside a
+    git directory or a bare repository."""
+    vendored = repo / "vendor" / "lib"
+    (vendored / ".git").mkdir(parents=True)
+    assert Checkout(vendored).work_tree == repo
+    assert Checkout(repo / "src").work_tree == repo
+    tree = feature_worktree(repo, tmp_path)
+    assert Checkout(tree.path).work_tree == tree.path
+    assert Checkout(repo / ".git" / "refs").work_tree is None
+    git(tmp_path, "init", "-q", "--bare", str(tmp_path / "bare.git"))
+    assert Checkout(tmp_path / "bare.git").work_tree is None

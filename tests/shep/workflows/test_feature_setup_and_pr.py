@@ -110,6 +110,25 @@ def test_pr_or_push_in_a_repository_without_a_remote_is_refused_before_anything_
     assert agent.calls() == []
 
 
+def test_a_partial_clone_is_refused_before_anything_runs(
+    repo: Path, agent: FeatureAgent, shep_home: Path, tmp_path: Path
+) -> None:
+    """A partial clone (``--filter``) fetches missing objects on demand, which shep's git
+    never does: one line saying so and what to use instead; nothing made, no agent."""
+    git(repo, "config", "core.repositoryformatversion", "1")
+    git(repo, "config", "remote.origin.url", str(tmp_path / "elsewhere"))
+    git(repo, "config", "remote.origin.promisor", "true")
+    git(repo, "config", "extensions.partialClone", "origin")
+    result = feat_new(repo, "--allow-all")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"shep: {repo.resolve()} is a partial clone")
+    assert "(`git clone` without --filter)" in lines[0]
+    assert of_type(read_events(shep_home), RunCreated) == []
+    assert agent.calls() == []
+
+
 @pytest.mark.slow
 def test_pr_pushes_the_branch_and_opens_a_pull_request_instead_of_merging(
     repo: Path, agent: FeatureAgent, shep_home: Path, tmp_path: Path
