@@ -103,21 +103,26 @@ def current_branch(repo: Where) -> str | None:
 
 def resolve_commit(repo: Where, ref: str) -> str:
     """The full sha of the commit ``ref`` names; GitError when it names none."""
+    sha = _peeled(repo, ref, "commit")
+    if sha is None:
+        where = checkout(repo).path
+        raise GitError(f"{ref!r} is not a commit in {where}; check the branch or sha.")
+    return sha
+
+
+def _peeled(repo: Where, name: str, kind: str) -> str | None:
+    """The sha of the ``kind`` (commit, tree) that ``name`` names or leads to; None if none."""
     done = run_git(
         repo,
         "rev-parse",
         "--verify",
         "-q",
         "--end-of-options",
-        f"{ref}^{{commit}}",
-        doing=f"resolve {ref!r}",
+        f"{name}^{{{kind}}}",
+        doing=f"resolve {name!r}",
         ok=(0, 1, 128),
     )
-    sha = done.stdout.strip()
-    if done.returncode != 0 or not sha:
-        where = checkout(repo).path
-        raise GitError(f"{ref!r} is not a commit in {where}; check the branch or sha.")
-    return sha
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def commit_exists(repo: Where, sha: str) -> bool:
@@ -299,18 +304,8 @@ def tree_of(repo: Where, commit: str) -> str:
     """The sha of ``commit``'s tree (or of the tree ``commit`` names): the same for the
     same files, whatever the history. GitError when it names neither.
     """
-    done = run_git(
-        repo,
-        "rev-parse",
-        "--verify",
-        "-q",
-        "--end-of-options",
-        f"{commit}^{{tree}}",
-        doing=f"read the tree of {commit}",
-        ok=(0, 1, 128),
-    )
-    sha = done.stdout.strip()
-    if done.returncode != 0 or not sha:
+    sha = _peeled(repo, commit, "tree")
+    if sha is None:
         where = checkout(repo).path
         raise GitError(f"{commit!r} is not a commit (nor a tree) in {where}; check the sha.")
     return sha

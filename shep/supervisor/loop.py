@@ -177,8 +177,13 @@ class Supervisor:
         if decision is None:  # no policy covers it yet: `_decide_late` comes back to it
             skip(self.store, position)
             return
+        self._record(decision, position)
+
+    def _record(self, decision: Decision, position: int) -> None:
+        """Record ``decision`` with the tracked ``position``, say it, and resume its run
+        when it acted."""
         recorded = record_verdict(self.store, as_verdict(decision), position=position)
-        self.handled.append((item_id, recorded))
+        self.handled.append((decision.item_id, recorded))
         self.report(_describe(decision, recorded))
         if recorded.acted:
             self.resume(decision.run_id)
@@ -215,11 +220,7 @@ class Supervisor:
             decision = self.graph.decide(item_id)
             if decision is None:  # its policy was disabled meanwhile
                 continue
-            recorded = record_verdict(self.store, as_verdict(decision), position=position)
-            self.handled.append((item_id, recorded))
-            self.report(_describe(decision, recorded))
-            if recorded.acted:
-                self.resume(decision.run_id)
+            self._record(decision, position)
             decided += 1
         self._late_checked = version
         return decided

@@ -119,6 +119,25 @@ def test_merge_hooks_run_the_repositorys_hooks_at_the_merge_only(
     assert "post-merge" in markers.read_text().split()
 
 
+def _every_operation_refuses(repo: Path, tree: Checkout) -> list[str]:
+    """Snapshot, commit, restore and status in ``tree``: each must refuse with a
+    WorktreeLinkChangedError of one line; what each said."""
+    base = git(repo, "rev-parse", "HEAD").strip()
+    operations: list[Callable[[], Any]] = [
+        lambda: snapshot(tree, "refs/shep/runs/r/1", message="s"),
+        lambda: commit_all(tree, "m", branch="feat"),
+        lambda: restore(tree, base),
+        lambda: dirty_files(tree),
+    ]
+    said = []
+    for operation in operations:
+        with pytest.raises(WorktreeLinkChangedError) as e:
+            operation()
+        assert "\n" not in str(e.value)
+        said.append(str(e.value))
+    return said
+
+
 @pytest.mark.parametrize("tamper", ["gitdir of its own", "symlink", "directory", "deleted"])
 def test_a_rewritten_git_file_stops_every_git_command_and_runs_nothing(
     repo: Path, tmp_path: Path, tamper: str
@@ -146,18 +165,8 @@ def test_a_rewritten_git_file_stops_every_git_command_and_runs_nothing(
     elif tamper == "directory":
         git(tree.path, "init", "-q")
         git(tree.path, "config", "core.fsmonitor", str(monitor))
-    base = git(repo, "rev-parse", "HEAD").strip()
-    operations: list[Callable[[], Any]] = [
-        lambda: snapshot(tree, "refs/shep/runs/r/1", message="s"),
-        lambda: commit_all(tree, "m", branch="feat"),
-        lambda: restore(tree, base),
-        lambda: dirty_files(tree),
-    ]
-    for operation in operations:
-        with pytest.raises(WorktreeLinkChangedError) as e:
-            operation()
-        assert str(tree.git_dir) in str(e.value)
-        assert "\n" not in str(e.value)
+    for said in _every_operation_refuses(repo, tree):
+        assert str(tree.git_dir) in said
     assert not ran.exists()
     assert git(evil, "for-each-ref").strip() == ""
     assert git(repo, "for-each-ref", "refs/shep").strip() == ""
@@ -523,18 +532,8 @@ def test_a_rewritten_commondir_stops_every_git_command_and_runs_nothing(
     _promisor(evil, make_repo(tmp_path / "remote"), ran)
     (tree.git_dir / "commondir").write_text(f"{evil}\n")
     (tree.path / "new.txt").write_text("agent work\n")
-    base = git(repo, "rev-parse", "HEAD").strip()
-    operations: list[Callable[[], Any]] = [
-        lambda: snapshot(tree, "refs/shep/runs/r/1", message="s"),
-        lambda: commit_all(tree, "m", branch="feat"),
-        lambda: restore(tree, base),
-        lambda: dirty_files(tree),
-    ]
-    for operation in operations:
-        with pytest.raises(WorktreeLinkChangedError) as e:
-            operation()
-        assert f"{tree.git_dir / 'commondir'} says" in str(e.value)
-        assert "\n" not in str(e.value)
+    for said in _every_operation_refuses(repo, tree):
+        assert f"{tree.git_dir / 'commondir'} says" in said
     assert not ran.exists()
     assert git(repo, "for-each-ref", "refs/shep").strip() == ""
     assert not (evil / "refs" / "shep").exists()
