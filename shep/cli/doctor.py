@@ -11,7 +11,7 @@ from events.display import printable
 from events.errors import ShepError
 from shep.home.doctor import Check
 from shep.home.runtime import Runtime
-from shep.home.versions import NO_SCHEMA_YET, StoreVersions, WrittenVersions, get_store_versions
+from shep.home.versions import StoreVersions, WrittenVersions, get_store_versions
 
 _MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
@@ -118,10 +118,7 @@ def _store_line(store: StoreVersions, written: WrittenVersions) -> str:
         return f"{kind}{store.location}: cannot be read: {store.error}"
     if not store.exists:
         return f"no store yet ({kind}{store.location})"
-    if store.schema is None:
-        text = f"{kind}{store.location}: {NO_SCHEMA_YET}"
-    else:
-        text = f"{kind}{store.location}: schema {store.schema}"
+    text = f"{kind}{store.location}: {store.schema_said}"
     if store.written_by:
         text += f", written by shep {store.written_by}"
     if store.newest_writer and store.newest_writer != store.written_by:

@@ -46,6 +46,7 @@ who holds it, in one line.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -423,16 +424,33 @@ def _check_common_dir(git_dir: Path) -> None:
     )
 
 
-def _small_text(path: Path) -> str:
-    """The text of the small regular file ``path``, stripped (not through a link, and never
-    waiting on a named pipe); OSError otherwise."""
+class NotAFileError(OSError):
+    """At a path is neither a regular file nor a directory: a named pipe, a device, a socket."""
+
+
+def read_regular(path: StrPath, limit: int) -> bytes:
+    """The first ``limit`` bytes of the regular file ``path``, opened not through a symbolic
+    link (its last part) and without waiting: opening a named pipe to read waits for a
+    writer, and a device reads for ever. OSError as ``open`` raises it otherwise,
+    IsADirectoryError for a directory, NotAFileError for anything else.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        return os.read(fd, 4097).decode("utf-8", "replace").strip()
-    finally:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        if not stat.S_ISREG(mode):
+            raise NotAFileError(errno.EINVAL, "not a regular file", os.fspath(path))
+    except BaseException:
         os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit)
+
+
+def _small_text(path: Path) -> str:
+    """The text of the small regular file ``path`` (``read_regular``), stripped."""
+    return read_regular(path, 4097).decode("utf-8", "replace").strip()
 
 
 def _names(base: Path, target: str, wanted: Path) -> bool:

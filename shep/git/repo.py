@@ -103,14 +103,14 @@ def current_branch(repo: Where) -> str | None:
 
 def resolve_commit(repo: Where, ref: str) -> str:
     """The full sha of the commit ``ref`` names; GitError when it names none."""
-    sha = _peeled(repo, ref, "commit")
+    sha = peeled(repo, ref, "commit")
     if sha is None:
         where = checkout(repo).path
         raise GitError(f"{ref!r} is not a commit in {where}; check the branch or sha.")
     return sha
 
 
-def _peeled(repo: Where, name: str, kind: str) -> str | None:
+def peeled(repo: Where, name: str, kind: str) -> str | None:
     """The sha of the ``kind`` (commit, tree) that ``name`` names or leads to; None if none."""
     done = run_git(
         repo,
@@ -304,7 +304,7 @@ def tree_of(repo: Where, commit: str) -> str:
     """The sha of ``commit``'s tree (or of the tree ``commit`` names): the same for the
     same files, whatever the history. GitError when it names neither.
     """
-    sha = _peeled(repo, commit, "tree")
+    sha = peeled(repo, commit, "tree")
     if sha is None:
         where = checkout(repo).path
         raise GitError(f"{commit!r} is not a commit (nor a tree) in {where}; check the sha.")

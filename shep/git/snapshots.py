@@ -18,7 +18,7 @@ from shep.git.command import (
     run_git,
     run_git_as_author,
 )
-from shep.git.repo import Where, resolve_commit, tree_of
+from shep.git.repo import Where, peeled, resolve_commit, tree_of
 
 
 def _index_and_head(worktree: Checkout) -> tuple[Path, str | None]:
@@ -115,11 +115,10 @@ def files_tree(worktree: Where) -> str:
 
 def restore(worktree: Where, commit: str) -> None:
     """Make the worktree's files exactly those of ``commit``'s tree (or of the tree
-    ``commit`` is): changed files are
-    rewritten, missing ones created, and files not in the tree removed, whether tracked
-    or untracked (ignored files are left alone). HEAD, the branch and the real index are
-    not touched, so afterwards ``git status`` shows the restored work as uncommitted
-    changes against HEAD.
+    ``commit`` is): changed files are rewritten, missing ones created, and files not in
+    the tree removed, whether tracked or untracked (ignored files are left alone). HEAD,
+    the branch and the real index are not touched, so afterwards ``git status`` shows the
+    restored work as uncommitted changes against HEAD.
 
     How: a private copy of the index takes in every current file (``add -A``), so the
     current state is a tree; then ``read-tree -m -u <current> <commit>`` (git's own
@@ -198,15 +197,7 @@ def commit_all(worktree: Where, message: str, *, branch: str) -> str | None:
     run_git(at, "add", "-A", doing=f"stage the files of {at.path}")
     tree = run_git(at, "write-tree", doing="write a tree").stdout.strip()
     tip = resolve_commit(at, ref)
-    merging = run_git(
-        at,
-        "rev-parse",
-        "-q",
-        "--verify",
-        "MERGE_HEAD^{commit}",
-        doing="look for a merge in progress",
-        ok=(0, 1, 128),
-    ).stdout.strip()
+    merging = peeled(at, "MERGE_HEAD", "commit")
     if not merging and tree_of(at, tip) == tree:
         return None
     parents = ["-p", tip, *(["-p", merging] if merging else [])]

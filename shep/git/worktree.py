@@ -17,14 +17,13 @@ file says (see ``shep.git.command``).
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from events.errors import GitError, UnsafePathError
-from shep.git.command import Checkout, StrPath
+from shep.git.command import Checkout, NotAFileError, StrPath, read_regular
 
 #: Bytes read at most from one file named by an agent or a repository.
 READ_LIMIT = 64 * 1024 * 1024
@@ -77,20 +76,13 @@ def read_inside(root: StrPath, path: StrPath, *, limit: int = READ_LIMIT) -> byt
     """
     target = inside_worktree(root, path)
     try:
-        # Non-blocking: opening a named pipe for reading waits for a writer otherwise.
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        return read_regular(target, limit)
+    except NotAFileError as e:
+        raise UnsafePathError(f"{path} is not a regular file; shep leaves it alone.") from e
     except OSError as e:
         if os.path.islink(target):
             raise UnsafePathError(f"{path} became a symbolic link; shep leaves it alone.") from e
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(target))
-        raise UnsafePathError(f"{path} is not a regular file; shep leaves it alone.")
-    with os.fdopen(fd, "rb") as f:
-        return f.read(limit)
 
 
 # --- the git directory of a feature worktree ------------------------------------------------

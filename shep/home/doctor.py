@@ -27,7 +27,7 @@ from events.words import counted
 from projections.state import has_schema, head_position, positions, stored_versions
 from projections.tables import PROJECTION_NAMES, PROJECTION_VERSIONS
 from shep.home.procs import lock_holders
-from shep.home.versions import NO_SCHEMA_YET, StoreVersions, WrittenVersions, get_store_versions
+from shep.home.versions import StoreVersions, WrittenVersions, get_store_versions
 
 if TYPE_CHECKING:
     from events.settings import AgentConfigured
@@ -198,9 +198,9 @@ def _schema(path: str, store: StoreVersions) -> Check:
     ours = versions.STORE_SCHEMA_VERSION
     data = {"path": path, "exists": True, "integrity": "ok", "schema": store.schema}
     by = f", written by shep {store.written_by}" if store.written_by else ""
-    found = f"{path}: schema {store.schema}{by}; quick_check ok"
+    found = f"{path}: {store.schema_said}{by}; quick_check ok"
     if store.schema is None:
-        return Check("store", "ok", f"{path}: {NO_SCHEMA_YET}; quick_check ok", data=data)
+        return Check("store", "ok", found, data=data)
     if store.schema > ours:
         return Check(
             "store",

@@ -22,9 +22,6 @@ from events.sqlite_file import connect, store_error
 from projections.state import stored_versions
 from projections.tables import PROJECTION_VERSIONS
 
-#: What a store file without a schema yet holds (``StoreVersions.schema`` is None).
-NO_SCHEMA_YET = "no events yet (the first one written records its schema)"
-
 #: Seconds ``shep --version`` and ``shep doctor`` wait for the shared store's server.
 SHARED_STORE_TIMEOUT = 3.0
 
@@ -66,6 +63,13 @@ class StoreVersions:
     newest_writer: str | None = None
     projections: dict[str, int] = field(default_factory=dict)
     error: ShepError | None = None
+
+    @property
+    def schema_said(self) -> str:
+        """``schema N``, or what a store file without a schema yet holds."""
+        if self.schema is None:
+            return "no events yet (the first one written records its schema)"
+        return f"schema {self.schema}"
 
 
 def get_store_versions(db_file: str, store_url: str | None) -> StoreVersions:

@@ -208,15 +208,16 @@ class Supervisor:
             return 0
         after = self.store.tracked_position(SUPERVISOR)
         decided = 0
-        for item_id in left_to_decide(self.store, self._candidates(after)):
+        for item_id in self._candidates(after):
+            # Checked one at a time, just before it is decided: a person may have decided
+            # it while the one before was evaluated.
+            if not left_to_decide(self.store, [item_id]):
+                continue
             position = self._free_position()
             if position is None:
                 # Gone over again once the log grows (or the policies change).
                 self._late_stalled = (version, newest)
                 return decided
-            # Checked again: a person may have decided it while the one before was evaluated.
-            if not left_to_decide(self.store, [item_id]):
-                continue
             decision = self.graph.decide(item_id)
             if decision is None:  # its policy was disabled meanwhile
                 continue

@@ -290,7 +290,6 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             f"could not snapshot the work in {io.repo} for review (said above); "
             f"`shep resume {io.run_id[:8]}` tries again."
         )
-    head = snapshot
     command = str(io.setting("test_command") or "") or detect_test_command(
         io.repo, Path(inputs["source_repo"])
     )
@@ -311,7 +310,7 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
             output_tail=tail,
         )
         git.restore(worktree, snapshot)
-    stat = git.diff_stat(worktree, inputs["base_sha"], head)
+    stat = git.diff_stat(worktree, inputs["base_sha"], snapshot)
     commits = git.diff_stat(worktree, inputs["base_sha"], f"refs/heads/{inputs['branch']}").commits
     review = {
         "files": stat.files,
@@ -320,7 +319,7 @@ def tests(state: Mapping[str, Any], io: StepIO) -> dict[str, Any]:
         "commits": commits,
         "tests": tests,
         # What the merge gate approves, by content: the base and the worktree's tree.
-        "tree": git.tree_of(worktree, head),
+        "tree": git.tree_of(worktree, snapshot),
     }
     return {"review": review}
 
